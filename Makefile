@@ -1,0 +1,124 @@
+# kiln: build, test, run. `make` builds build/kiln and build/kiln-worker; `make test` runs
+# every test (also under ASan+UBSan, and the ring's thread stress under TSan); `make run`
+# installs what is missing, builds and serves the default model.
+
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+WARN     = -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+           -Wformat=2 -Wundef -Wvla -Wpointer-arith -Wcast-align
+SAN_asan = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SAN_tsan = -fsanitize=thread -fno-omit-frame-pointer
+PKGS     = libevent msgpack liburing jansson libpcre2-8
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+override CFLAGS  += -std=c11 -D_GNU_SOURCE -Iinclude -pthread $(PKG_CFLAGS) $(WARN) \
+                    $(if $(WERROR),-Werror) $(SAN_$(SAN))
+override LDFLAGS += -pthread $(SAN_$(SAN))
+LDLIBS   = $(PKG_LIBS) -lm
+
+# build/ for the plain build, build-asan/ and build-tsan/ for the sanitizers
+B       ?= build$(if $(SAN),-$(SAN))
+
+COMMON_SRC = $(wildcard common/*.c)
+SERVER_SRC = $(filter-out server/main.c,$(wildcard server/*.c))
+WORKER_SRC = $(filter-out worker/main.c,$(wildcard worker/*.c))
+TOOL_SRC   = $(wildcard tools/kiln-*.c)
+TLIB_SRC   = $(wildcard tests/lib/*.c)
+TEST_SRC   = $(wildcard tests/test_*.c)
+BENCH_SRC  = $(wildcard tests/bench_*.c)
+FUZZ_SRC   = $(wildcard tests/fuzz_*.c)
+
+obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
+LIBCOMMON = $(B)/libcommon.a
+LIBSERVER = $(B)/libserver.a
+LIBWORKER = $(B)/libworker.a
+LIBTEST   = $(B)/libtest.a
+ALL_LIBS  = $(LIBSERVER) $(LIBWORKER) $(LIBCOMMON)
+
+BINS   = $(B)/kiln $(B)/kiln-worker $(patsubst tools/%.c,$(B)/%,$(TOOL_SRC))
+TESTS  = $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
+BENCHES= $(patsubst tests/%.c,$(B)/tests/%,$(BENCH_SRC))
+
+# SIMD kernels get their instruction sets per file; the choice is made at run time
+$(B)/obj/worker/kernels_avx2.o:   override CFLAGS += -mavx2 -mfma -mf16c
+$(B)/obj/worker/kernels_avx512.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl \
+                                   -mavx512vnni -mavx2 -mfma -mf16c
+
+.PHONY: all bins tests benches test test-unit test-asan test-tsan bench run deps fuzz clean
+all: bins
+bins: $(BINS)
+tests: $(TESTS)
+benches: $(BENCHES)
+
+$(B)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIBCOMMON): $(call obj,$(COMMON_SRC))
+$(LIBSERVER): $(call obj,$(SERVER_SRC))
+$(LIBWORKER): $(call obj,$(WORKER_SRC))
+$(LIBTEST):   $(call obj,$(TLIB_SRC))
+$(B)/lib%.a:
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(B)/kiln: $(call obj,server/main.c) $(LIBSERVER) $(LIBCOMMON)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(B)/kiln-worker: $(call obj,worker/main.c) $(LIBWORKER) $(LIBCOMMON)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(B)/kiln-%: $(B)/obj/tools/kiln-%.o $(ALL_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(B)/tests/%: $(B)/obj/tests/%.o $(LIBTEST) $(ALL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcmocka
+
+-include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
+
+# Every test binary runs from the project root; integration tests find the binaries through
+# KILN_BIN_DIR and the shared data through KILN_SHARED.
+TEST_ENV = KILN_BIN_DIR=$(CURDIR)/$(B) KILN_SHARED=$(CURDIR)/../shared
+run_tests = set -e; for t in $(1); do echo "== $$t"; $(TEST_ENV) $$t; done
+
+test: deps
+	$(MAKE) bins tests
+	$(MAKE) test-unit
+	$(MAKE) test-asan
+	$(MAKE) test-tsan
+	@echo "make test: all suites passed"
+
+test-unit: bins tests
+	@$(call run_tests,$(TESTS))
+
+test-asan:
+	$(MAKE) SAN=asan bins tests
+	@$(call run_tests,$(patsubst build/%,build-asan/%,$(TESTS)))
+
+TSAN_TESTS = $(wildcard tests/test_shm_ring_threads.c)
+test-tsan:
+	$(MAKE) SAN=tsan $(patsubst tests/%.c,build-tsan/tests/%,$(TSAN_TESTS))
+	@$(call run_tests,$(patsubst tests/%.c,build-tsan/tests/%,$(TSAN_TESTS)))
+
+bench: bins benches
+	@set -e; for b in $(BENCHES); do echo "== $$b"; $(TEST_ENV) $$b; done
+
+MODEL ?= mock
+run: deps
+	$(MAKE) bins
+	./$(B)/kiln --model $(MODEL) $(ARGS)
+
+# Install what is missing (Debian 12). As root it runs apt-get; otherwise it prints the command.
+DEBS = build-essential pkg-config libevent-dev libmsgpack-dev liburing-dev libcmocka-dev \
+       libjansson-dev libpcre2-dev curl
+deps:
+	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else \
+	    echo "missing packages; run: sudo apt-get install -y$$missing"; exit 1; \
+	  fi; \
+	fi
+
+clean:
+	rm -rf build build-asan build-tsan build-fuzz

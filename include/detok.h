@@ -1,0 +1,30 @@
+/* Streaming detokenization: token ids in, whole UTF-8 characters out. An incomplete
+ * character waits for the next token; the concatenated output of every push equals the
+ * decoding of the whole sequence, for every prefix. */
+#ifndef DETOK_H
+#define DETOK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct tokenizer;
+
+struct detok {
+    const struct tokenizer *tok;
+    bool first;           /* no text produced yet (SentencePiece's leading space) */
+    uint32_t n_pending;   /* bytes of an incomplete character */
+    unsigned char pending[8];
+};
+
+void detok_init(struct detok *d, const struct tokenizer *tok);
+
+/* Feed one token and append the complete characters it finishes to out. Returns the number of
+ * bytes written (at most cap; a piece is at most a few hundred bytes, so 1024 always
+ * suffices) or -EINVAL for an id out of range. */
+int detok_push(struct detok *d, uint32_t id, char *out, size_t cap);
+
+/* At the end of the sequence: what is still held (an invalid tail becomes U+FFFD). */
+int detok_flush(struct detok *d, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,17 @@
+/* Logging to stderr with a level and the process's role. One line per call. */
+#ifndef LOG_H
+#define LOG_H
+
+enum log_level { LOG_LEVEL_DEBUG, LOG_LEVEL_INFO, LOG_LEVEL_WARN, LOG_LEVEL_ERROR };
+
+/* role: "kiln" or "worker 1"; copied. level: lines below it are dropped. */
+void log_init(const char *role, enum log_level level);
+
+void log_write(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define log_debug(...) log_write(LOG_LEVEL_DEBUG, __VA_ARGS__)
+#define log_info(...)  log_write(LOG_LEVEL_INFO, __VA_ARGS__)
+#define log_warn(...)  log_write(LOG_LEVEL_WARN, __VA_ARGS__)
+#define log_error(...) log_write(LOG_LEVEL_ERROR, __VA_ARGS__)
+
+#endif

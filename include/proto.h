@@ -1,0 +1,87 @@
+/* msgpack records <-> C structs, with no I/O. Every record is a msgpack array
+ * [WIRE_VERSION, type, req_id, ...fields]. The decoder checks the count, the type and range
+ * of every field and each length, and returns -EPROTO for anything that does not fit. */
+#ifndef PROTO_H
+#define PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#include "wire.h"
+
+struct proto_logit_bias {
+    uint32_t token;
+    float bias;
+};
+
+/* A request's sampling parameters; the worker's sampler reads them. */
+struct proto_sampling {
+    float temperature;        /* 0: greedy */
+    float top_p;              /* 1: off */
+    float min_p;              /* 0: off */
+    float presence_penalty;   /* 0: off */
+    float frequency_penalty;  /* 0: off */
+    float repetition_penalty; /* 1: off */
+    int32_t top_k;            /* 0: off */
+    uint64_t seed;
+    uint32_t top_logprobs;    /* alternatives per token, <= WIRE_MAX_TOP_LOGPROBS */
+    bool logprobs;            /* send the chosen token's logprob with each TOKEN */
+    bool ignore_eos;          /* for benchmarks: EOS is sampled like any token */
+    uint32_t n_logit_bias;    /* <= WIRE_MAX_LOGIT_BIAS */
+    struct proto_logit_bias logit_bias[WIRE_MAX_LOGIT_BIAS];
+};
+
+/* [v, JOB, req_id, prompt[u32...], max_new_tokens, sampling[...]] */
+struct proto_job {
+    uint32_t n_prompt;
+    uint32_t max_new_tokens;
+    uint32_t *prompt; /* decode: caller's buffer of prompt_cap tokens; encode: n_prompt ids */
+    uint32_t prompt_cap;
+    struct proto_sampling sampling;
+};
+
+struct proto_top {
+    uint32_t token;
+    float logprob;
+};
+
+/* [v, TOKEN, req_id, token, logprob, [[id, logprob]...]] */
+struct proto_token {
+    uint32_t token;
+    float logprob;  /* of the chosen token; 0 when not asked for */
+    uint32_t n_top; /* <= WIRE_MAX_TOP_LOGPROBS */
+    struct proto_top top[WIRE_MAX_TOP_LOGPROBS];
+};
+
+/* One decoded or to-be-encoded record. */
+struct proto_msg {
+    enum msg_type type;
+    uint64_t req_id;
+    union {
+        struct proto_job job;        /* MSG_TYPE_JOB */
+        uint32_t prompt_tokens;      /* MSG_TYPE_STARTED */
+        struct proto_token token;    /* MSG_TYPE_TOKEN */
+        struct {                     /* MSG_TYPE_DONE */
+            enum finish_reason reason;
+            uint32_t completion_tokens;
+        } done;
+        char error[WIRE_MAX_ERROR + 1]; /* MSG_TYPE_FAILED, NUL-terminated */
+        /* MSG_TYPE_CANCEL has no fields */
+    } u;
+};
+
+/* Encode msg into buf. Returns the encoded length, -ENOSPC if it does not fit in cap, or
+ * -EINVAL for a msg that breaks the limits of wire.h. */
+int proto_encode(const struct proto_msg *msg, void *buf, size_t cap);
+
+/* Decode one record of len bytes. For a JOB the prompt is copied into out->u.job.prompt,
+ * which the caller points at prompt_cap tokens before the call. Returns 0, or -EPROTO for
+ * a record that is malformed, of another version, oversize or with trailing bytes. Nothing
+ * in out points into buf afterwards. */
+int proto_decode(const void *buf, size_t len, struct proto_msg *out);
+
+/* Default sampling: greedy, every filter off. */
+void proto_sampling_init(struct proto_sampling *s);
+
+#endif

@@ -1,0 +1,54 @@
+/* Text <-> token ids for the front (and the tools): the byte tokenizer of the mock model,
+ * and the GGUF tokenizers (SentencePiece-style "llama" and byte-level BPE "gpt2"), read from
+ * a file's tokenizer.ggml.* keys. Streaming detokenization is detok.h. */
+#ifndef TOKENIZER_H
+#define TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct gguf;
+struct tokenizer;
+
+/* Flags of tokenizer_encode(). */
+#define TOKENIZER_ADD_SPECIAL   1u /* BOS/EOS as the model's add_bos/add_eos keys say */
+#define TOKENIZER_PARSE_SPECIAL 2u /* special/control token texts in the input become their ids */
+
+/* The mock's tokenizer: token b (0..255) is the byte b, 256 is EOS; no BOS. */
+#define TOKENIZER_BYTES_EOS 256u
+struct tokenizer *tokenizer_create_bytes(void);
+
+/* The tokenizer a GGUF file describes. Returns NULL with a one-line message in err (an
+ * unknown tokenizer.ggml.model or .pre is named). */
+struct tokenizer *tokenizer_create_gguf(const struct gguf *g, char *err, size_t errlen);
+
+void tokenizer_destroy(struct tokenizer *t);
+
+uint32_t tokenizer_n_vocab(const struct tokenizer *t);
+
+/* Encode len bytes of UTF-8 text. Returns the number of tokens the text needs (only the first
+ * cap are written to out when it is more) or -errno. */
+long tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, unsigned flags,
+                      uint32_t *out, size_t cap);
+
+/* The bytes token id stands for in decoded text (byte-fallback and byte-level pieces are
+ * raw bytes, possibly part of a UTF-8 character; SentencePiece's U+2581 is a space; control
+ * tokens are empty unless render_special). Returns the length (only cap bytes are written
+ * when it is more) or -EINVAL for an id out of range. */
+int tokenizer_piece(const struct tokenizer *t, uint32_t id, bool render_special, char *buf,
+                    size_t cap);
+
+/* Whether decoding drops the space a SentencePiece tokenizer put before the first word. */
+bool tokenizer_strips_leading_space(const struct tokenizer *t);
+
+/* Every id that ends generation (EOS, EOT, <|eot_id|>, ...), for the worker. */
+size_t tokenizer_eog_ids(const struct tokenizer *t, const uint32_t **ids);
+
+/* BOS id, or -1 when the model has none. */
+long tokenizer_bos_id(const struct tokenizer *t);
+
+/* The id of a special token given its text ("<|im_end|>"), or -1. */
+long tokenizer_find_special(const struct tokenizer *t, const char *text);
+
+#endif

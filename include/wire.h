@@ -1,0 +1,39 @@
+/* The records front and workers exchange: types, reasons and size limits. Shared by both
+ * processes; the msgpack layout of each record is in proto.h. No code here. */
+#ifndef WIRE_H
+#define WIRE_H
+
+#include <stdint.h>
+
+/* Bumped whenever a record's layout changes; a record of another version is rejected. */
+#define WIRE_VERSION 1
+
+/* The largest encoded record either side sends or accepts. */
+#define WIRE_MAX_MSG (1u << 20)
+/* The longest prompt a JOB carries, in tokens (at most 5 msgpack bytes each). */
+#define WIRE_MAX_PROMPT 131072u
+/* The longest error message a FAILED record carries, in bytes, NUL excluded. */
+#define WIRE_MAX_ERROR 512u
+/* logit_bias entries in one JOB. */
+#define WIRE_MAX_LOGIT_BIAS 300u
+/* Alternatives reported with each token when logprobs are asked for. */
+#define WIRE_MAX_TOP_LOGPROBS 20u
+
+/* front -> worker: JOB, CANCEL.  worker -> front: STARTED, TOKEN, DONE, FAILED. */
+enum msg_type {
+    MSG_TYPE_JOB = 1,
+    MSG_TYPE_CANCEL = 2,
+    MSG_TYPE_STARTED = 3,
+    MSG_TYPE_TOKEN = 4,
+    MSG_TYPE_DONE = 5,
+    MSG_TYPE_FAILED = 6,
+};
+
+/* Why a sequence ended without an error (DONE). */
+enum finish_reason {
+    FINISH_REASON_STOP = 0,      /* an end-of-sequence token (not sent) */
+    FINISH_REASON_LENGTH = 1,    /* max_new_tokens reached */
+    FINISH_REASON_CANCELLED = 2, /* the front sent CANCEL */
+};
+
+#endif

@@ -1,0 +1,63 @@
+/* The model interface the scheduler runs (DESIGN's StepModel): prefill a prompt, decode one
+ * token, decode a ragged batch. A sequence is a slot index in [0, max_sequences): its KV
+ * memory is allocated at load and freed for reuse by seq_free. Logits are written into the
+ * caller's buffers of n_vocab floats. Implementations: model_mock.c, model_llama.c. */
+#ifndef MODEL_H
+#define MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct model;
+
+/* The outcome of one sequence in a decode_batch: 0 or -errno, with a message. */
+struct model_result {
+    int status;
+    char error[256];
+};
+
+struct model_ops {
+    /* Run the prompt into slot; logits are for the token after it. Returns 0 or -errno with
+     * a message in m->error. */
+    int (*prefill)(struct model *m, int slot, const uint32_t *prompt, uint32_t n,
+                   float *logits);
+    /* Append token to slot; logits are for the token after it. Returns 0 or -errno with a
+     * message in m->error. */
+    int (*decode)(struct model *m, int slot, uint32_t token, float *logits);
+    /* One decode step over n sequences: logits is n rows of n_vocab. Returns the number of
+     * results written to res (n when all is well). NULL: model_decode_batch_default. */
+    int (*decode_batch)(struct model *m, const int *slots, const uint32_t *tokens, int n,
+                        float *logits, struct model_result *res);
+    /* Forget slot's tokens; its memory is reused by a later prefill. */
+    void (*seq_free)(struct model *m, int slot);
+    void (*destroy)(struct model *m);
+};
+
+/* Fields set by the implementation at create; heartbeat set by the caller. */
+struct model {
+    const struct model_ops *ops;
+    char name[128];
+    uint32_t max_context;   /* tokens of prompt and output together */
+    uint32_t max_sequences; /* slots */
+    uint32_t n_vocab;
+    uint32_t n_eos;         /* end-of-generation ids */
+    uint32_t eos[16];
+    char error[256];        /* the last failure's message */
+    /* Called now and then during long calls (each layer of a prefill), so the front's
+     * watchdog sees progress. May be NULL. */
+    void (*heartbeat)(void *ctx);
+    void *heartbeat_ctx;
+};
+
+/* Runs ops->decode for each sequence in turn. */
+int model_decode_batch_default(struct model *m, const int *slots, const uint32_t *tokens, int n,
+                               float *logits, struct model_result *res);
+
+/* Dispatchers: the scheduler calls these. */
+int model_prefill(struct model *m, int slot, const uint32_t *prompt, uint32_t n, float *logits);
+int model_decode_batch(struct model *m, const int *slots, const uint32_t *tokens, int n,
+                       float *logits, struct model_result *res);
+void model_seq_free(struct model *m, int slot);
+void model_destroy(struct model *m);
+
+#endif
