@@ -1,0 +1,50 @@
+/* The model interface's dispatchers, and the default decode_batch that runs decode one
+ * sequence at a time (a model with a ragged-batch forward pass overrides it). */
+#include "model.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+int model_decode_batch_default(struct model *m, const int *slots, const uint32_t *tokens, int n,
+                               float *logits, struct model_result *res)
+{
+    for (int i = 0; i < n; i++) {
+        int rc;
+
+        m->error[0] = '\0';
+        rc = m->ops->decode(m, slots[i], tokens[i], logits + (size_t)i * m->n_vocab);
+        res[i].status = rc < 0 ? rc : 0;
+        res[i].error[0] = '\0';
+        if (rc < 0)
+            snprintf(res[i].error, sizeof(res[i].error), "%s",
+                     m->error[0] ? m->error : strerror(-rc));
+    }
+    return n;
+}
+
+int model_prefill(struct model *m, int slot, const uint32_t *prompt, uint32_t n, float *logits)
+{
+    m->error[0] = '\0';
+    return m->ops->prefill(m, slot, prompt, n, logits);
+}
+
+int model_decode_batch(struct model *m, const int *slots, const uint32_t *tokens, int n,
+                       float *logits, struct model_result *res)
+{
+    if (m->ops->decode_batch)
+        return m->ops->decode_batch(m, slots, tokens, n, logits, res);
+    return model_decode_batch_default(m, slots, tokens, n, logits, res);
+}
+
+void model_seq_free(struct model *m, int slot)
+{
+    if (m->ops->seq_free)
+        m->ops->seq_free(m, slot);
+}
+
+void model_destroy(struct model *m)
+{
+    if (m && m->ops->destroy)
+        m->ops->destroy(m);
+}
