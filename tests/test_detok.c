@@ -1,0 +1,247 @@
+/* detok over the byte tokenizer: incremental output equals the whole decoding for every
+ * prefix, no delta ever holds a broken character, and ill-formed input becomes U+FFFD. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "detok.h"
+#include "tokenizer.h"
+
+#define FFFD "\xEF\xBF\xBD"
+
+static int setup(void **state)
+{
+    struct tokenizer *t = tokenizer_create_bytes();
+    if (!t)
+        return -1;
+    *state = t;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    tokenizer_destroy(*state);
+    return 0;
+}
+
+/* Whether s[0, n) is well-formed UTF-8 (checked by code point value, independently of
+ * detok's table of lead bytes). */
+static bool utf8_valid(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned char b = s[i];
+        size_t len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+        if (len == 0 || i + len > n)
+            return false;
+        uint32_t cp = len == 1 ? b : (uint32_t)(b & (0x7F >> len));
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80)
+                return false;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return false;
+        i += len;
+    }
+    return true;
+}
+
+/* Whether s[0, k) can begin a well-formed character: complete it with the smallest and the
+ * largest continuation bytes; the code points in between form one range that is either all
+ * valid or all invalid at the lengths UTF-8 uses. */
+static bool utf8_valid_prefix(const unsigned char *s, size_t k, size_t len)
+{
+    unsigned char lo[4], hi[4];
+    memcpy(lo, s, k);
+    memcpy(hi, s, k);
+    for (size_t i = k; i < len; i++) {
+        lo[i] = 0x80;
+        hi[i] = 0xBF;
+    }
+    return utf8_valid(lo, len) || utf8_valid(hi, len);
+}
+
+/* The reference decoding of the whole byte string: maximal subparts become U+FFFD. */
+static size_t reference_decode(const unsigned char *s, size_t n, char *out)
+{
+    size_t i = 0, o = 0;
+    while (i < n) {
+        unsigned char b = s[i];
+        size_t len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+        if (len > 0 && i + len <= n && utf8_valid(s + i, len)) {
+            memcpy(out + o, s + i, len);
+            o += len;
+            i += len;
+            continue;
+        }
+        size_t k = 0;
+        if (len > 1)
+            for (k = (n - i < len ? n - i : len - 1); k > 0; k--)
+                if (utf8_valid_prefix(s + i, k, len))
+                    break;
+        memcpy(out + o, FFFD, 3);
+        o += 3;
+        i += k > 0 ? k : 1;
+    }
+    return o;
+}
+
+/* A byte that is likely to make interesting UTF-8: ASCII, leads, continuations, junk. */
+static unsigned char random_byte(unsigned *seed)
+{
+    static const unsigned char pool[] = {'a',  ' ',  0xC3, 0xA9, 0xE4, 0xB8, 0x96, 0xF0,
+                                         0x9F, 0x98, 0x80, 0xBF, 0xED, 0xA0, 0xE0, 0xF4,
+                                         0x90, 0x8F, 0xC0, 0xFF, 0xC2, 0xF5, 0x7F, 0x00};
+    int r = rand_r(seed);
+    if (r % 8 == 0)
+        return (unsigned char)(rand_r(seed) & 0xFF);
+    return pool[(unsigned)rand_r(seed) % sizeof pool];
+}
+
+static void test_detok_every_prefix_matches_whole_decoding(void **state)
+{
+    const struct tokenizer *t = *state;
+    unsigned seed = 12345;
+    unsigned char bytes[48];
+    char want[3 * sizeof bytes], got[3 * sizeof bytes + 64], delta[1024];
+    for (int iter = 0; iter < 400; iter++) {
+        size_t n = 1 + (size_t)rand_r(&seed) % sizeof bytes;
+        for (size_t i = 0; i < n; i++)
+            bytes[i] = random_byte(&seed);
+        for (size_t p = 0; p <= n; p++) {
+            struct detok d;
+            detok_init(&d, t);
+            size_t len = 0;
+            for (size_t i = 0; i < p; i++) {
+                int r = detok_push(&d, bytes[i], delta, sizeof delta);
+                assert_true(r >= 0);
+                assert_true(utf8_valid((unsigned char *)delta, (size_t)r));
+                memcpy(got + len, delta, (size_t)r);
+                len += (size_t)r;
+            }
+            int r = detok_flush(&d, delta, sizeof delta);
+            assert_true(r >= 0);
+            assert_true(utf8_valid((unsigned char *)delta, (size_t)r));
+            memcpy(got + len, delta, (size_t)r);
+            len += (size_t)r;
+            size_t wlen = reference_decode(bytes, p, want);
+            assert_int_equal(len, wlen);
+            assert_memory_equal(got, want, len);
+        }
+    }
+}
+
+static void test_detok_multibyte_reply_never_splits_a_character(void **state)
+{
+    const char *text = "h\xC3\xA9llo \xE4\xB8\x96\xE7\x95\x8C \xF0\x9F\x8E\x89 na\xC3\xAFve "
+                       "\xD0\x9F\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82";
+    struct detok d;
+    char delta[1024], got[256];
+    size_t len = 0, n_empty = 0;
+    detok_init(&d, *state);
+    for (size_t i = 0; text[i]; i++) {
+        int r = detok_push(&d, (unsigned char)text[i], delta, sizeof delta);
+        assert_true(r >= 0);
+        /* each delta is whole characters: valid on its own */
+        assert_true(utf8_valid((unsigned char *)delta, (size_t)r));
+        n_empty += r == 0;
+        memcpy(got + len, delta, (size_t)r);
+        len += (size_t)r;
+    }
+    assert_int_equal(detok_flush(&d, delta, sizeof delta), 0);
+    assert_int_equal(len, strlen(text));
+    assert_memory_equal(got, text, len);
+    assert_true(n_empty > 0); /* something was held, or the test proves nothing */
+}
+
+static void test_detok_holds_incomplete_character_until_completed(void **state)
+{
+    struct detok d;
+    char out[64];
+    detok_init(&d, *state);
+    assert_int_equal(detok_push(&d, 0xF0, out, sizeof out), 0);
+    assert_int_equal(detok_push(&d, 0x9F, out, sizeof out), 0);
+    assert_int_equal(detok_push(&d, 0x98, out, sizeof out), 0);
+    assert_int_equal(detok_push(&d, 0x80, out, sizeof out), 4);
+    assert_memory_equal(out, "\xF0\x9F\x98\x80", 4);
+}
+
+static void test_detok_invalid_sequences_become_replacement(void **state)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"\xC3(", FFFD "("},
+        {"\xE0\x80\x80", FFFD FFFD FFFD},   /* overlong: E0 80 is no valid prefix */
+        {"\xED\xA0\x80", FFFD FFFD FFFD},   /* surrogate */
+        {"\xF0\x9F\x98", FFFD},             /* truncated at the end: one U+FFFD */
+        {"\xF4\x90\x80\x80", FFFD FFFD FFFD FFFD}, /* past U+10FFFF */
+        {"a\xFF" "b", "a" FFFD "b"},
+        {"\xE4\xB8" "x", FFFD "x"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct detok d;
+        char out[256], delta[1024];
+        size_t len = 0;
+        detok_init(&d, *state);
+        for (size_t i = 0; cases[c].in[i]; i++) {
+            int r = detok_push(&d, (unsigned char)cases[c].in[i], delta, sizeof delta);
+            assert_true(r >= 0);
+            memcpy(out + len, delta, (size_t)r);
+            len += (size_t)r;
+        }
+        int r = detok_flush(&d, delta, sizeof delta);
+        assert_true(r >= 0);
+        memcpy(out + len, delta, (size_t)r);
+        len += (size_t)r;
+        out[len] = '\0';
+        assert_string_equal(out, cases[c].out);
+    }
+}
+
+static void test_detok_eos_is_empty_and_bad_id_is_einval(void **state)
+{
+    struct detok d;
+    char out[64];
+    detok_init(&d, *state);
+    assert_int_equal(detok_push(&d, TOKENIZER_BYTES_EOS, out, sizeof out), 0);
+    assert_int_equal(detok_push(&d, 100000, out, sizeof out), -EINVAL);
+}
+
+static void test_detok_small_buffer_is_enospc_without_losing_text(void **state)
+{
+    struct detok d;
+    char out[8];
+    detok_init(&d, *state);
+    assert_int_equal(detok_push(&d, 0xC3, out, sizeof out), 0);
+    assert_int_equal(detok_push(&d, 0xA9, out, 1), -ENOSPC);
+    /* the pending lead byte is still there; the next push completes nothing by itself */
+    assert_int_equal(detok_push(&d, 0xA9, out, sizeof out), 2);
+    assert_memory_equal(out, "\xC3\xA9", 2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_detok_every_prefix_matches_whole_decoding, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_detok_multibyte_reply_never_splits_a_character,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_detok_holds_incomplete_character_until_completed,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_detok_invalid_sequences_become_replacement, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_detok_eos_is_empty_and_bad_id_is_einval, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_detok_small_buffer_is_enospc_without_losing_text,
+                                        setup, teardown),
+    };
+    return cmocka_run_group_tests_name("detok", tests, NULL, NULL);
+}
