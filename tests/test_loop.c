@@ -1,0 +1,609 @@
+/* The worker's scheduler loop, in a thread over a real shared-memory region: the test plays
+ * the front (JOB and CANCEL in, STARTED/TOKEN/DONE/FAILED out) and the model is the mock
+ * wrapped in a recorder (a log of calls, a gate on the first prefill, a short decode_batch). */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "notify.h"
+#include "proto.h"
+#include "shm_region.h"
+#include "tokenizer.h"
+#include "../worker/loop.h"
+#include "../worker/model.h"
+#include "../worker/model_mock.h"
+
+#define WAIT_MS  10000 /* the bound on every wait: a hang becomes a failure */
+#define MAX_REQS 8
+#define MAX_LOG  64
+
+/* --- the recording model ---------------------------------------------------------------- */
+
+struct recorder {
+    struct model base;
+    struct model *inner;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char log[MAX_LOG][16]; /* "P4" prefill of 4 tokens, "D3" decode of 3 sequences */
+    int n_log;
+    bool gate_armed, gate_entered, gate_released;
+    bool drop_a_result;
+};
+
+static void deadline_in(struct timespec *ts, int ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+static void rec_log(struct recorder *r, char kind, int n)
+{
+    if (r->n_log < MAX_LOG)
+        snprintf(r->log[r->n_log++], sizeof(r->log[0]), "%c%d", kind, n);
+}
+
+static int rec_prefill(struct model *m, int slot, const uint32_t *prompt, uint32_t n,
+                       float *logits)
+{
+    struct recorder *r = (struct recorder *)m;
+    struct timespec dl;
+    int rc;
+
+    pthread_mutex_lock(&r->mu);
+    rec_log(r, 'P', (int)n);
+    if (r->gate_armed) {
+        r->gate_armed = false;
+        r->gate_entered = true;
+        pthread_cond_broadcast(&r->cv);
+        deadline_in(&dl, WAIT_MS);
+        while (!r->gate_released)
+            if (pthread_cond_timedwait(&r->cv, &r->mu, &dl) == ETIMEDOUT)
+                break; /* the test failed already; let the loop go on */
+    }
+    pthread_mutex_unlock(&r->mu);
+    rc = model_prefill(r->inner, slot, prompt, n, logits);
+    if (rc < 0)
+        snprintf(m->error, sizeof(m->error), "%s", r->inner->error);
+    return rc;
+}
+
+static int rec_decode(struct model *m, int slot, uint32_t token, float *logits)
+{
+    struct recorder *r = (struct recorder *)m;
+
+    return r->inner->ops->decode(r->inner, slot, token, logits);
+}
+
+static int rec_decode_batch(struct model *m, const int *slots, const uint32_t *tokens, int n,
+                            float *logits, struct model_result *res)
+{
+    struct recorder *r = (struct recorder *)m;
+    int got;
+
+    pthread_mutex_lock(&r->mu);
+    rec_log(r, 'D', n);
+    pthread_mutex_unlock(&r->mu);
+    got = model_decode_batch(r->inner, slots, tokens, n, logits, res);
+    return r->drop_a_result && got > 0 ? got - 1 : got;
+}
+
+static void rec_seq_free(struct model *m, int slot)
+{
+    model_seq_free(((struct recorder *)m)->inner, slot);
+}
+
+static void rec_destroy(struct model *m)
+{
+    struct recorder *r = (struct recorder *)m;
+
+    model_destroy(r->inner);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+static const struct model_ops rec_ops = {
+    .prefill = rec_prefill,
+    .decode = rec_decode,
+    .decode_batch = rec_decode_batch,
+    .seq_free = rec_seq_free,
+    .destroy = rec_destroy,
+};
+
+static struct recorder *recorder_create(const struct model_mock_opts *o)
+{
+    struct recorder *r = calloc(1, sizeof(*r));
+    char err[128];
+
+    assert_non_null(r);
+    r->inner = model_mock_create(o, err, sizeof(err));
+    assert_non_null(r->inner);
+    r->base = *r->inner;
+    r->base.ops = &rec_ops;
+    r->base.heartbeat = NULL;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    return r;
+}
+
+/* --- the test's front --------------------------------------------------------------------- */
+
+struct transcript {
+    uint64_t req_id;
+    int started;       /* prompt_tokens, -1 before STARTED */
+    char text[256];    /* TOKEN ids < 256, as bytes */
+    int n_tokens, n_eos_tokens;
+    int final;         /* 0, MSG_TYPE_DONE or MSG_TYPE_FAILED */
+    int n_finals;
+    enum finish_reason reason;
+    uint32_t completion_tokens;
+    char error[WIRE_MAX_ERROR + 1];
+};
+
+struct fixture {
+    struct shm_region reg;
+    int wake_fd, notify_fd;
+    struct recorder *rec;
+    struct loop *loop;
+    pthread_t thread;
+    bool running;
+    volatile sig_atomic_t stop;
+    int loop_rc;
+    struct transcript tr[MAX_REQS];
+    struct proto_msg msg;
+    unsigned char buf[65536];
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+
+    if (!f)
+        return -1;
+    if (shm_region_create(&f->reg, 1u << 16, 1u << 16) < 0)
+        return -1;
+    f->wake_fd = notify_eventfd();
+    f->notify_fd = notify_eventfd();
+    if (f->wake_fd < 0 || f->notify_fd < 0)
+        return -1;
+    for (int i = 0; i < MAX_REQS; i++) {
+        f->tr[i].req_id = 100 + (uint64_t)i;
+        f->tr[i].started = -1;
+    }
+    *state = f;
+    return 0;
+}
+
+static void *loop_thread(void *arg)
+{
+    struct fixture *f = arg;
+
+    f->loop_rc = loop_run(f->loop, &f->stop);
+    return NULL;
+}
+
+static void start_loop(struct fixture *f, struct recorder *rec, uint32_t max_prefill_tokens)
+{
+    struct loop_opts o = {.max_prefill_tokens = max_prefill_tokens, .idle_timeout_ms = 200};
+    int err;
+
+    f->rec = rec;
+    f->loop = loop_create(&rec->base, &f->reg, f->wake_fd, f->notify_fd, &o, &err);
+    assert_non_null(f->loop);
+    assert_int_equal(pthread_create(&f->thread, NULL, loop_thread, f), 0);
+    f->running = true;
+}
+
+static void stop_loop(struct fixture *f)
+{
+    if (!f->running)
+        return;
+    f->stop = 1;
+    (void)eventfd_write(f->wake_fd, 1);
+    pthread_join(f->thread, NULL); /* the loop re-checks stop at least every 200 ms */
+    f->running = false;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+
+    if (f->rec) { /* release a gate a failed test left closed */
+        pthread_mutex_lock(&f->rec->mu);
+        f->rec->gate_released = true;
+        pthread_cond_broadcast(&f->rec->cv);
+        pthread_mutex_unlock(&f->rec->mu);
+    }
+    stop_loop(f);
+    loop_destroy(f->loop);
+    if (f->rec)
+        model_destroy(&f->rec->base);
+    shm_region_destroy(&f->reg);
+    close(f->wake_fd);
+    close(f->notify_fd);
+    free(f);
+    return 0;
+}
+
+static void push_raw(struct fixture *f, const void *rec, uint32_t len)
+{
+    assert_int_equal(shm_ring_push(f->reg.to_worker, rec, len), 0);
+    assert_int_equal(notify_wake(f->reg.to_worker, f->wake_fd), 0);
+}
+
+static void push_msg(struct fixture *f)
+{
+    int len = proto_encode(&f->msg, f->buf, sizeof(f->buf));
+
+    assert_true(len > 0);
+    push_raw(f, f->buf, (uint32_t)len);
+}
+
+/* JOB for request tr[i] of n token ids, greedy unless sampling is given */
+static void push_job_tokens(struct fixture *f, int i, uint32_t *toks, uint32_t n,
+                            uint32_t max_new, const struct proto_sampling *sampling)
+{
+    memset(&f->msg, 0, sizeof(f->msg));
+    f->msg.type = MSG_TYPE_JOB;
+    f->msg.req_id = f->tr[i].req_id;
+    f->msg.u.job.prompt = toks;
+    f->msg.u.job.n_prompt = n;
+    f->msg.u.job.max_new_tokens = max_new;
+    if (sampling)
+        f->msg.u.job.sampling = *sampling;
+    else
+        proto_sampling_init(&f->msg.u.job.sampling);
+    push_msg(f);
+}
+
+/* JOB for request tr[i]: prompt text as bytes */
+static void push_job_with(struct fixture *f, int i, const char *prompt, uint32_t max_new,
+                          const struct proto_sampling *sampling)
+{
+    uint32_t toks[256];
+    uint32_t n = 0;
+
+    while (prompt[n] && n < 256) {
+        toks[n] = (unsigned char)prompt[n];
+        n++;
+    }
+    push_job_tokens(f, i, toks, n, max_new, sampling);
+}
+
+static void push_job(struct fixture *f, int i, const char *prompt, uint32_t max_new)
+{
+    push_job_with(f, i, prompt, max_new, NULL);
+}
+
+static void push_cancel(struct fixture *f, int i)
+{
+    memset(&f->msg, 0, sizeof(f->msg));
+    f->msg.type = MSG_TYPE_CANCEL;
+    f->msg.req_id = f->tr[i].req_id;
+    push_msg(f);
+}
+
+static struct transcript *find_tr(struct fixture *f, uint64_t req_id)
+{
+    for (int i = 0; i < MAX_REQS; i++)
+        if (f->tr[i].req_id == req_id)
+            return &f->tr[i];
+    fail_msg("a record for unknown request %llu", (unsigned long long)req_id);
+    return NULL;
+}
+
+/* Read one record from the worker, sleeping on notify_fd as the front does. Bounded. */
+static void read_one(struct fixture *f)
+{
+    struct proto_msg *m = &f->msg;
+    const void *rec;
+    uint32_t len, prompt[1];
+    struct transcript *t;
+    int rc;
+
+    while ((rc = shm_ring_peek(f->reg.to_front, &rec, &len)) == -EAGAIN) {
+        if (notify_prepare_sleep(f->reg.to_front)) {
+            struct pollfd p = {.fd = f->notify_fd, .events = POLLIN};
+
+            rc = poll(&p, 1, WAIT_MS);
+            notify_end_sleep(f->reg.to_front);
+            assert_int_equal(rc, 1); /* else the worker went silent */
+            assert_int_equal(notify_consume(f->notify_fd), 0);
+        }
+    }
+    assert_int_equal(rc, 0);
+    m->u.job.prompt = prompt;
+    m->u.job.prompt_cap = 1;
+    assert_int_equal(proto_decode(rec, len, m), 0);
+    shm_ring_pop(f->reg.to_front);
+    t = find_tr(f, m->req_id);
+    switch (m->type) {
+    case MSG_TYPE_STARTED:
+        assert_int_equal(t->started, -1);
+        t->started = (int)m->u.prompt_tokens;
+        break;
+    case MSG_TYPE_TOKEN:
+        assert_int_equal(t->final, 0);
+        t->n_tokens++;
+        if (m->u.token.token < 256 && strlen(t->text) + 1 < sizeof(t->text))
+            t->text[strlen(t->text)] = (char)m->u.token.token;
+        if (m->u.token.token == TOKENIZER_BYTES_EOS)
+            t->n_eos_tokens++;
+        break;
+    case MSG_TYPE_DONE:
+        t->final = MSG_TYPE_DONE;
+        t->n_finals++;
+        t->reason = m->u.done.reason;
+        t->completion_tokens = m->u.done.completion_tokens;
+        break;
+    case MSG_TYPE_FAILED:
+        t->final = MSG_TYPE_FAILED;
+        t->n_finals++;
+        snprintf(t->error, sizeof(t->error), "%s", m->u.error);
+        break;
+    default:
+        fail_msg("unexpected record type %d", (int)m->type);
+    }
+}
+
+/* Read until request tr[i] has its final record */
+static void until_final(struct fixture *f, int i)
+{
+    while (!f->tr[i].final)
+        read_one(f);
+}
+
+static void until_started(struct fixture *f, int i)
+{
+    while (f->tr[i].started < 0)
+        read_one(f);
+}
+
+static void wait_gate_entered(struct recorder *r)
+{
+    struct timespec dl;
+
+    deadline_in(&dl, WAIT_MS);
+    pthread_mutex_lock(&r->mu);
+    while (!r->gate_entered)
+        if (pthread_cond_timedwait(&r->cv, &r->mu, &dl) == ETIMEDOUT)
+            break;
+    pthread_mutex_unlock(&r->mu);
+    assert_true(r->gate_entered);
+}
+
+static void release_gate(struct recorder *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->gate_released = true;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* --- the tests ------------------------------------------------------------------------- */
+
+static void test_loop_short_decode_batch_fails_every_sequence_of_the_step(void **state)
+{
+    struct fixture *f = *state;
+    struct model_mock_opts o = {.reply = "hi"};
+    struct recorder *r = recorder_create(&o);
+
+    r->drop_a_result = true;
+    start_loop(f, r, 0);
+    push_job(f, 0, "x", 100);
+    until_final(f, 0);
+    /* the first token comes from the prefill; the first decode step returns nothing */
+    assert_int_equal(f->tr[0].started, 1);
+    assert_string_equal(f->tr[0].text, "h");
+    assert_int_equal(f->tr[0].final, MSG_TYPE_FAILED);
+    assert_string_equal(f->tr[0].error, "decode_batch returned 0 results for 1 sequences");
+}
+
+static void test_loop_prefills_between_decode_steps_stay_within_the_budget(void **state)
+{
+    struct fixture *f = *state;
+    struct model_mock_opts o = {.reply = "0123456789", .max_sequences = 4};
+    struct recorder *r = recorder_create(&o);
+    static const char *const want[] = {"P1", "D1", "P4", "P4", "D3", "P4", "D4"};
+
+    r->gate_armed = true;
+    start_loop(f, r, 8);
+    /* the first request holds the worker in its prefill while three more queue up */
+    push_job(f, 0, "a", 100);
+    wait_gate_entered(r);
+    for (int i = 1; i <= 3; i++)
+        push_job(f, i, "abcd", 100);
+    release_gate(r);
+    for (int i = 0; i <= 3; i++) {
+        until_final(f, i);
+        assert_string_equal(f->tr[i].text, "0123456789");
+        assert_int_equal(f->tr[i].final, MSG_TYPE_DONE);
+        assert_int_equal(f->tr[i].reason, FINISH_REASON_STOP);
+        assert_int_equal(f->tr[i].n_finals, 1);
+    }
+    /* two prompts of 4 fit a budget of 8; the third waits one step */
+    pthread_mutex_lock(&r->mu);
+    assert_true(r->n_log >= 7);
+    for (int k = 0; k < 7; k++)
+        assert_string_equal(r->log[k], want[k]);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void test_loop_cancelled_sequence_frees_its_slot(void **state)
+{
+    struct fixture *f = *state;
+    char reply[201];
+    struct model_mock_opts o = {.reply = reply, .delay_ms = 2, .max_sequences = 1};
+    struct recorder *r;
+
+    memset(reply, 'z', 200);
+    reply[200] = '\0';
+    r = recorder_create(&o);
+    start_loop(f, r, 0);
+    push_job(f, 0, "long", 1000);
+    while (f->tr[0].n_tokens == 0)
+        read_one(f);
+    assert_int_equal(atomic_load(&f->reg.hdr->running), 1);
+    push_cancel(f, 0);
+    until_final(f, 0);
+    assert_int_equal(f->tr[0].final, MSG_TYPE_DONE);
+    assert_int_equal(f->tr[0].reason, FINISH_REASON_CANCELLED);
+    assert_true(f->tr[0].n_tokens < 200);
+    assert_int_equal(f->tr[0].completion_tokens, f->tr[0].n_tokens);
+    assert_int_equal(atomic_load(&f->reg.hdr->running), 0);
+    /* the only slot is free again: a new job runs */
+    push_job(f, 1, "next", 3);
+    until_final(f, 1);
+    assert_int_equal(f->tr[1].started, 4);
+    assert_string_equal(f->tr[1].text, "zzz");
+    assert_int_equal(f->tr[1].reason, FINISH_REASON_LENGTH);
+    assert_int_equal(f->tr[0].n_finals, 1);
+}
+
+static void test_loop_job_cancelled_while_waiting_is_dropped(void **state)
+{
+    struct fixture *f = *state;
+    struct model_mock_opts o = {.reply = "ok", .max_sequences = 1};
+    struct recorder *r = recorder_create(&o);
+    int n_prefills;
+
+    r->gate_armed = true;
+    start_loop(f, r, 0);
+    push_job(f, 0, "a", 100);
+    wait_gate_entered(r);
+    push_job(f, 1, "b", 100);
+    push_cancel(f, 1);
+    release_gate(r);
+    until_final(f, 0);
+    until_final(f, 1);
+    assert_string_equal(f->tr[0].text, "ok");
+    assert_int_equal(f->tr[1].started, -1); /* never started */
+    assert_int_equal(f->tr[1].final, MSG_TYPE_DONE);
+    assert_int_equal(f->tr[1].reason, FINISH_REASON_CANCELLED);
+    assert_int_equal(f->tr[1].completion_tokens, 0);
+    pthread_mutex_lock(&r->mu);
+    n_prefills = 0;
+    for (int k = 0; k < r->n_log; k++)
+        n_prefills += r->log[k][0] == 'P';
+    pthread_mutex_unlock(&r->mu);
+    assert_int_equal(n_prefills, 1); /* "b" never reached the model */
+}
+
+static void test_loop_eos_stops_unsent_and_max_new_tokens_is_length(void **state)
+{
+    struct fixture *f = *state;
+    struct model_mock_opts o = {.reply = "ok", .max_sequences = 2};
+    struct recorder *r = recorder_create(&o);
+    struct proto_sampling s;
+
+    start_loop(f, r, 0);
+    push_job(f, 0, "x", 100);
+    until_final(f, 0);
+    assert_string_equal(f->tr[0].text, "ok");
+    assert_int_equal(f->tr[0].n_tokens, 2); /* EOS not sent */
+    assert_int_equal(f->tr[0].reason, FINISH_REASON_STOP);
+    assert_int_equal(f->tr[0].completion_tokens, 2);
+
+    push_job(f, 1, "x", 1);
+    until_final(f, 1);
+    assert_string_equal(f->tr[1].text, "o");
+    assert_int_equal(f->tr[1].reason, FINISH_REASON_LENGTH);
+    assert_int_equal(f->tr[1].completion_tokens, 1);
+
+    /* ignore_eos: EOS is a token like any other, and length ends it */
+    proto_sampling_init(&s);
+    s.ignore_eos = true;
+    push_job_with(f, 2, "x", 4, &s);
+    until_final(f, 2);
+    assert_int_equal(f->tr[2].n_tokens, 4);
+    assert_int_equal(f->tr[2].n_eos_tokens, 2);
+    assert_int_equal(f->tr[2].reason, FINISH_REASON_LENGTH);
+    assert_true(atomic_load(&f->reg.hdr->n_prefills) == 3);
+    assert_true(atomic_load(&f->reg.hdr->heartbeat) > 0);
+}
+
+static void test_loop_malformed_record_is_rejected_and_the_next_job_served(void **state)
+{
+    struct fixture *f = *state;
+    struct model_mock_opts o = {.reply = "fine", .max_context = 64};
+    struct recorder *r = recorder_create(&o);
+    static const unsigned char junk[] = {0x93, 0x01, 0xff, 0xc1, 'j', 'u', 'n', 'k'};
+    char big[100];
+    uint32_t outside[2] = {'a', TOKENIZER_BYTES_EOS + 1};
+
+    start_loop(f, r, 0);
+    push_raw(f, junk, sizeof(junk));
+    push_raw(f, "", 0);
+    /* well-formed but unusable: an out-of-vocabulary token, an oversize prompt */
+    push_job_tokens(f, 0, outside, 2, 5, NULL);
+    memset(big, 'b', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    push_job(f, 1, big, 5);
+    push_job(f, 2, "hello", 100);
+    until_final(f, 2);
+    assert_string_equal(f->tr[2].text, "fine");
+    assert_int_equal(f->tr[2].reason, FINISH_REASON_STOP);
+    until_final(f, 1);
+    assert_int_equal(f->tr[1].final, MSG_TYPE_FAILED);
+    assert_non_null(strstr(f->tr[1].error, "does not fit a context of 64"));
+    assert_int_equal(f->tr[1].started, -1);
+    until_final(f, 0);
+    assert_int_equal(f->tr[0].final, MSG_TYPE_FAILED);
+    assert_non_null(strstr(f->tr[0].error, "outside the vocabulary"));
+    stop_loop(f);
+    assert_int_equal(f->loop_rc, 0);
+}
+
+static void test_loop_stop_fails_what_is_held(void **state)
+{
+    struct fixture *f = *state;
+    char reply[201];
+    struct model_mock_opts o = {.reply = reply, .delay_ms = 2};
+    struct recorder *r;
+
+    memset(reply, 'q', 200);
+    reply[200] = '\0';
+    r = recorder_create(&o);
+    start_loop(f, r, 0);
+    push_job(f, 0, "x", 1000);
+    until_started(f, 0);
+    stop_loop(f);
+    until_final(f, 0);
+    assert_int_equal(f->tr[0].final, MSG_TYPE_FAILED);
+    assert_string_equal(f->tr[0].error, "the worker is stopping");
+}
+
+int main(void)
+{
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_loop_short_decode_batch_fails_every_sequence_of_the_step),
+        T(test_loop_prefills_between_decode_steps_stay_within_the_budget),
+        T(test_loop_cancelled_sequence_frees_its_slot),
+        T(test_loop_job_cancelled_while_waiting_is_dropped),
+        T(test_loop_eos_stops_unsent_and_max_new_tokens_is_length),
+        T(test_loop_malformed_record_is_rejected_and_the_next_job_served),
+        T(test_loop_stop_fails_what_is_held),
+    };
+#undef T
+
+    return cmocka_run_group_tests_name("loop", tests, NULL, NULL);
+}

@@ -1,0 +1,600 @@
+/* The worker's scheduler: DESIGN's six steps per iteration, over the jobs the front sends.
+ * It owns the sequence slots and the per-slot samplers; the front owns admission across
+ * workers. Nothing here allocates after loop_create. */
+#include "loop.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hist.h"
+#include "log.h"
+#include "notify.h"
+#include "proto.h"
+#include "sampler.h"
+
+#define LOOP_OUT_BUF      8192 /* the largest record we send: a TOKEN with 20 alternatives */
+#define LOOP_ROOM_WAIT_MS 1    /* one bounded wait for room in a full to_front ring */
+
+/* A job received from the front, not yet admitted */
+struct loop_job {
+    uint64_t req_id;
+    uint32_t n_prompt, max_new_tokens;
+    bool cancelled;
+    uint32_t *prompt; /* (max_context) */
+    struct proto_sampling sampling;
+};
+
+/* A running sequence; its index is its model slot */
+struct loop_seq {
+    bool active, cancelled, ignore_eos;
+    uint64_t req_id;
+    uint32_t last; /* the token to decode next */
+    uint32_t generated, max_new_tokens;
+    struct sampler *sampler;
+};
+
+struct loop {
+    struct model *m;
+    struct shm_region *reg;
+    struct shm_region_hdr *hdr;
+    int wake_fd, notify_fd;
+    struct notify_waiter *waiter; /* NULL: poll() fallback */
+    uint32_t max_prefill_tokens, n_slots, cap_jobs;
+    int idle_ms;
+    volatile sig_atomic_t *stop;
+    bool stopping; /* sends no longer wait for room */
+
+    struct loop_seq *seqs; /* (n_slots) */
+    int *order;            /* (n_slots) running slots, in admission order */
+    uint32_t n_order, n_active;
+
+    struct loop_job *jobs; /* (cap_jobs) */
+    uint32_t *queue;       /* (cap_jobs) FIFO of job indices */
+    uint32_t q_head, q_len;
+    uint32_t *free_jobs; /* (cap_jobs) stack of unused job indices */
+    uint32_t n_free_jobs;
+    uint32_t *prompt_store; /* (cap_jobs, max_context) */
+
+    float *logits;            /* (n_slots, n_vocab) */
+    int *slots;               /* (n_slots) */
+    uint32_t *tokens;         /* (n_slots) */
+    struct model_result *res; /* (n_slots) */
+    uint32_t *prompt_in;      /* (WIRE_MAX_PROMPT) a JOB's prompt as decoded */
+    struct proto_msg in, out;
+    unsigned char *buf; /* (LOOP_OUT_BUF) */
+    uint32_t unflushed; /* records pushed since the last wake of the front */
+};
+
+static void loop_heartbeat(void *ctx)
+{
+    struct loop *l = ctx;
+
+    atomic_fetch_add_explicit(&l->hdr->heartbeat, 1, memory_order_relaxed);
+}
+
+static void publish_counts(struct loop *l)
+{
+    atomic_store_explicit(&l->hdr->running, l->n_active, memory_order_relaxed);
+    atomic_store_explicit(&l->hdr->waiting, l->q_len, memory_order_relaxed);
+}
+
+/* Sleep on wake_fd for at most ms: through the io_uring waiter, or poll() without one */
+static void wait_wake(struct loop *l, int ms)
+{
+    if (l->waiter) {
+        (void)notify_waiter_wait(l->waiter, ms); /* woken, timed out or interrupted: re-check */
+        return;
+    }
+    struct pollfd p = {.fd = l->wake_fd, .events = POLLIN};
+
+    if (poll(&p, 1, ms) > 0)
+        (void)notify_consume(l->wake_fd);
+}
+
+/* Wake the front if records went out since the last time (one write per batch, and only
+ * when the front sleeps) */
+static void flush(struct loop *l)
+{
+    int rc;
+
+    if (!l->unflushed)
+        return;
+    l->unflushed = 0;
+    if ((rc = notify_wake(l->reg->to_front, l->notify_fd)) < 0)
+        log_warn("waking the front: %s", strerror(-rc));
+}
+
+/* Push one record to the front. When the ring is full, the front is busy draining it into
+ * its own buffers: wake it and wait in short bounded steps, the heartbeat moving. Returns 0,
+ * or -ECANCELED when told to stop meanwhile (the record is lost with the worker). */
+static int send_msg(struct loop *l, const struct proto_msg *msg)
+{
+    int len = proto_encode(msg, l->buf, LOOP_OUT_BUF), rc;
+
+    if (len < 0) {
+        log_error("encoding a record of type %d for request %llu: %s", (int)msg->type,
+                  (unsigned long long)msg->req_id, strerror(-len));
+        return len;
+    }
+    while ((rc = shm_ring_push(l->reg->to_front, l->buf, (uint32_t)len)) == -EAGAIN) {
+        l->unflushed = 1;
+        flush(l);
+        if (l->stopping || *l->stop)
+            return -ECANCELED;
+        loop_heartbeat(l);
+        wait_wake(l, LOOP_ROOM_WAIT_MS);
+    }
+    if (rc < 0) {
+        log_error("a record of %d bytes does not fit the ring: %s", len, strerror(-rc));
+        return rc;
+    }
+    l->unflushed++;
+    return 0;
+}
+
+static void send_started(struct loop *l, uint64_t req_id, uint32_t prompt_tokens)
+{
+    l->out.type = MSG_TYPE_STARTED;
+    l->out.req_id = req_id;
+    l->out.u.prompt_tokens = prompt_tokens;
+    (void)send_msg(l, &l->out); /* failures are logged where they happen */
+}
+
+static void send_done(struct loop *l, uint64_t req_id, enum finish_reason reason,
+                      uint32_t completion_tokens)
+{
+    l->out.type = MSG_TYPE_DONE;
+    l->out.req_id = req_id;
+    l->out.u.done.reason = reason;
+    l->out.u.done.completion_tokens = completion_tokens;
+    (void)send_msg(l, &l->out);
+}
+
+static void send_failed(struct loop *l, uint64_t req_id, const char *error)
+{
+    l->out.type = MSG_TYPE_FAILED;
+    l->out.req_id = req_id;
+    snprintf(l->out.u.error, sizeof(l->out.u.error), "%s", error);
+    (void)send_msg(l, &l->out);
+}
+
+/* Free a sequence's slot; the counts are published before its final record goes out, so a
+ * front that reads the final record sees the slot free */
+static void seq_end(struct loop *l, struct loop_seq *s)
+{
+    model_seq_free(l->m, (int)(s - l->seqs));
+    s->active = false;
+    l->n_active--;
+    publish_counts(l);
+}
+
+/* DESIGN step 6: sample the next token and send it; whether the sequence goes on */
+static bool advance(struct loop *l, struct loop_seq *s, float *logits)
+{
+    uint32_t token = sampler_sample(s->sampler, logits, &l->out.u.token);
+
+    if (!s->ignore_eos) {
+        for (uint32_t i = 0; i < l->m->n_eos && i < 16; i++) {
+            if (token == l->m->eos[i]) {
+                seq_end(l, s);
+                send_done(l, s->req_id, FINISH_REASON_STOP, s->generated);
+                return false;
+            }
+        }
+    }
+    l->out.type = MSG_TYPE_TOKEN;
+    l->out.req_id = s->req_id;
+    (void)send_msg(l, &l->out);
+    s->generated++;
+    s->last = token;
+    if (s->generated >= s->max_new_tokens) {
+        seq_end(l, s);
+        send_done(l, s->req_id, FINISH_REASON_LENGTH, s->generated);
+        return false;
+    }
+    return true;
+}
+
+/* --- the waiting list ------------------------------------------------------------------ */
+
+static struct loop_job *queue_front(struct loop *l)
+{
+    return &l->jobs[l->queue[l->q_head]];
+}
+
+static void queue_pop(struct loop *l)
+{
+    l->free_jobs[l->n_free_jobs++] = l->queue[l->q_head];
+    l->q_head = (l->q_head + 1) % l->cap_jobs;
+    l->q_len--;
+}
+
+/* A JOB from the front: checked, then queued; one that cannot run fails at once */
+static void on_job(struct loop *l, const struct proto_msg *msg)
+{
+    const struct proto_job *j = &msg->u.job;
+    uint32_t room, idx;
+    struct loop_job *job;
+    char why[160];
+
+    if (j->n_prompt == 0) {
+        send_failed(l, msg->req_id, "the prompt is empty");
+        return;
+    }
+    if (j->n_prompt >= l->m->max_context) {
+        snprintf(why, sizeof(why), "a prompt of %u tokens does not fit a context of %u",
+                 j->n_prompt, l->m->max_context);
+        send_failed(l, msg->req_id, why);
+        return;
+    }
+    for (uint32_t i = 0; i < j->n_prompt; i++) {
+        if (j->prompt[i] >= l->m->n_vocab) {
+            snprintf(why, sizeof(why), "token id %u is outside the vocabulary of %u",
+                     j->prompt[i], l->m->n_vocab);
+            send_failed(l, msg->req_id, why);
+            return;
+        }
+    }
+    if (l->n_free_jobs == 0) {
+        log_warn("request %llu: %u jobs wait already", (unsigned long long)msg->req_id,
+                 l->q_len);
+        send_failed(l, msg->req_id, "the worker's waiting list is full");
+        return;
+    }
+    idx = l->free_jobs[--l->n_free_jobs];
+    job = &l->jobs[idx];
+    job->req_id = msg->req_id;
+    job->n_prompt = j->n_prompt;
+    room = l->m->max_context - j->n_prompt;
+    job->max_new_tokens = j->max_new_tokens < room ? j->max_new_tokens : room;
+    if (job->max_new_tokens == 0)
+        job->max_new_tokens = 1; /* the front never sends 0; one token, then length */
+    job->cancelled = false;
+    memcpy(job->prompt, j->prompt, (size_t)j->n_prompt * sizeof(*j->prompt));
+    job->sampling = j->sampling;
+    l->queue[(l->q_head + l->q_len) % l->cap_jobs] = idx;
+    l->q_len++;
+}
+
+/* A CANCEL: mark the sequence or the waiting job; steps 1 and 3 end it. A request that has
+ * already ended is not found, and that is fine: its final record is on its way. */
+static void on_cancel(struct loop *l, uint64_t req_id)
+{
+    for (uint32_t i = 0; i < l->n_slots; i++) {
+        if (l->seqs[i].active && l->seqs[i].req_id == req_id) {
+            l->seqs[i].cancelled = true;
+            return;
+        }
+    }
+    for (uint32_t k = 0; k < l->q_len; k++) {
+        struct loop_job *job = &l->jobs[l->queue[(l->q_head + k) % l->cap_jobs]];
+
+        if (job->req_id == req_id) {
+            job->cancelled = true;
+            return;
+        }
+    }
+}
+
+/* Every record the front has sent. Returns 0, or -EPROTO when the ring itself is corrupt. */
+static int read_records(struct loop *l)
+{
+    const void *rec;
+    uint32_t len;
+    int rc;
+
+    while ((rc = shm_ring_peek(l->reg->to_worker, &rec, &len)) == 0) {
+        l->in.u.job.prompt = l->prompt_in;
+        l->in.u.job.prompt_cap = WIRE_MAX_PROMPT;
+        rc = proto_decode(rec, len, &l->in);
+        shm_ring_pop(l->reg->to_worker); /* nothing in l->in points into the ring */
+        if (rc < 0) {
+            log_warn("rejected a malformed record of %u bytes from the front", len);
+            continue;
+        }
+        switch (l->in.type) {
+        case MSG_TYPE_JOB:
+            on_job(l, &l->in);
+            break;
+        case MSG_TYPE_CANCEL:
+            on_cancel(l, l->in.req_id);
+            break;
+        default:
+            log_warn("rejected a record of type %d from the front", (int)l->in.type);
+            break;
+        }
+    }
+    if (rc != -EAGAIN) {
+        log_error("the front's ring is corrupt: %s", strerror(-rc));
+        return rc;
+    }
+    return 0;
+}
+
+/* --- the six steps --------------------------------------------------------------------- */
+
+/* Step 1: cancelled sequences end with DONE cancelled, and their slots come free */
+static void drop_cancelled(struct loop *l)
+{
+    uint32_t keep = 0;
+
+    for (uint32_t i = 0; i < l->n_order; i++) {
+        struct loop_seq *s = &l->seqs[l->order[i]];
+
+        if (s->cancelled) {
+            seq_end(l, s);
+            send_done(l, s->req_id, FINISH_REASON_CANCELLED, s->generated);
+        } else {
+            l->order[keep++] = l->order[i];
+        }
+    }
+    l->n_order = keep;
+}
+
+/* Step 2: sleep until the front sends a record (or the idle timeout, to check stop) */
+static void sleep_idle(struct loop *l)
+{
+    flush(l);
+    if (notify_prepare_sleep(l->reg->to_worker)) {
+        wait_wake(l, l->idle_ms);
+        notify_end_sleep(l->reg->to_worker);
+    }
+}
+
+/* Step 4: STARTED, prefill, the first token. The new sequence joins this iteration's decode
+ * step unless it ended already. */
+static void start(struct loop *l, struct loop_job *job)
+{
+    struct loop_seq *s = NULL;
+    uint64_t t0;
+    int slot, rc;
+
+    for (uint32_t i = 0; i < l->n_slots && !s; i++)
+        if (!l->seqs[i].active)
+            s = &l->seqs[i];
+    if (!s) { /* admission counted the free slots */
+        send_failed(l, job->req_id, "no free sequence slot");
+        return;
+    }
+    slot = (int)(s - l->seqs);
+    send_started(l, job->req_id, job->n_prompt);
+    flush(l); /* the front learns of the start before a long prefill */
+    sampler_reset(s->sampler, &job->sampling, job->prompt, job->n_prompt);
+    t0 = hist_now_us();
+    rc = model_prefill(l->m, slot, job->prompt, job->n_prompt, l->logits);
+    if (rc < 0) {
+        const char *why = l->m->error[0] ? l->m->error : strerror(-rc);
+
+        log_warn("request %llu: prefill failed: %s", (unsigned long long)job->req_id, why);
+        model_seq_free(l->m, slot);
+        send_failed(l, job->req_id, why);
+        return;
+    }
+    hist_observe(&l->hdr->prefill, hist_now_us() - t0);
+    atomic_fetch_add_explicit(&l->hdr->n_prefills, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&l->hdr->n_prefill_tokens, job->n_prompt, memory_order_relaxed);
+    s->active = true;
+    s->cancelled = false;
+    s->ignore_eos = job->sampling.ignore_eos;
+    s->req_id = job->req_id;
+    s->generated = 0;
+    s->max_new_tokens = job->max_new_tokens;
+    l->n_active++;
+    publish_counts(l);
+    if (advance(l, s, l->logits))
+        l->order[l->n_order++] = slot;
+}
+
+/* Step 3: admit waiting jobs in order within the prefill budget (the first in any case) and
+ * start each. A job cancelled while it waited is dropped when it reaches the front. */
+static void admit(struct loop *l)
+{
+    uint32_t budget = l->max_prefill_tokens, admitted = 0, free_slots = l->n_slots - l->n_active;
+
+    while (l->q_len) {
+        struct loop_job *job = queue_front(l);
+
+        if (job->cancelled) {
+            uint64_t id = job->req_id;
+
+            queue_pop(l);
+            publish_counts(l);
+            send_done(l, id, FINISH_REASON_CANCELLED, 0);
+            continue;
+        }
+        if ((admitted > 0 && job->n_prompt > budget) || admitted >= free_slots)
+            break;
+        budget = job->n_prompt < budget ? budget - job->n_prompt : 0;
+        admitted++;
+        /* the job's storage stays untouched until the next read_records */
+        queue_pop(l);
+        publish_counts(l);
+        start(l, job);
+    }
+}
+
+/* Steps 5 and 6: one decode_batch over every running sequence, then advance each */
+static void decode_step(struct loop *l)
+{
+    uint32_t n = l->n_order, keep = 0;
+    uint64_t t0;
+    int got;
+
+    for (uint32_t i = 0; i < n; i++) {
+        l->slots[i] = l->order[i];
+        l->tokens[i] = l->seqs[l->order[i]].last;
+    }
+    t0 = hist_now_us();
+    got = model_decode_batch(l->m, l->slots, l->tokens, (int)n, l->logits, l->res);
+    hist_observe(&l->hdr->decode_step, hist_now_us() - t0);
+    atomic_fetch_add_explicit(&l->hdr->n_decode_steps, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&l->hdr->n_decoded_tokens, n, memory_order_relaxed);
+    if (got != (int)n) {
+        char why[96];
+
+        snprintf(why, sizeof(why), "decode_batch returned %d results for %u sequences", got, n);
+        log_error("%s", why);
+        for (uint32_t i = 0; i < n; i++) {
+            struct loop_seq *s = &l->seqs[l->order[i]];
+
+            seq_end(l, s);
+            send_failed(l, s->req_id, why);
+        }
+        l->n_order = 0;
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        struct loop_seq *s = &l->seqs[l->order[i]];
+
+        if (l->res[i].status < 0) {
+            const char *why = l->res[i].error[0] ? l->res[i].error : strerror(-l->res[i].status);
+
+            log_warn("request %llu: decode failed: %s", (unsigned long long)s->req_id, why);
+            seq_end(l, s);
+            send_failed(l, s->req_id, why);
+        } else if (advance(l, s, l->logits + (size_t)i * l->m->n_vocab)) {
+            l->order[keep++] = l->order[i];
+        }
+    }
+    l->n_order = keep;
+}
+
+/* On stop: whatever is held ends with FAILED, as far as the ring has room */
+static void fail_all(struct loop *l, const char *why)
+{
+    l->stopping = true;
+    for (uint32_t i = 0; i < l->n_order; i++) {
+        struct loop_seq *s = &l->seqs[l->order[i]];
+
+        seq_end(l, s);
+        send_failed(l, s->req_id, why);
+    }
+    l->n_order = 0;
+    while (l->q_len) {
+        uint64_t id = queue_front(l)->req_id;
+
+        queue_pop(l);
+        publish_counts(l);
+        send_failed(l, id, why);
+    }
+    flush(l);
+}
+
+int loop_run(struct loop *l, volatile sig_atomic_t *stop)
+{
+    int rc = 0;
+
+    l->stop = stop;
+    l->stopping = false;
+    while (!*stop) {
+        loop_heartbeat(l);
+        if ((rc = read_records(l)) < 0)
+            break;
+        drop_cancelled(l);
+        publish_counts(l);
+        if (l->n_order == 0 && l->q_len == 0) {
+            sleep_idle(l);
+            continue;
+        }
+        admit(l);
+        if (l->n_order)
+            decode_step(l);
+        publish_counts(l);
+        flush(l);
+    }
+    fail_all(l, rc < 0 ? "the worker's ring is corrupt" : "the worker is stopping");
+    return rc;
+}
+
+struct loop *loop_create(struct model *m, struct shm_region *reg, int wake_fd, int notify_fd,
+                         const struct loop_opts *o, int *err)
+{
+    struct loop_opts d = {0};
+    struct loop *l;
+    size_t nv = m->n_vocab;
+
+    if (!o)
+        o = &d;
+    if (m->max_sequences == 0 || m->n_vocab == 0 || m->max_context == 0) {
+        *err = -EINVAL;
+        return NULL;
+    }
+    l = calloc(1, sizeof(*l));
+    if (!l)
+        goto nomem;
+    l->m = m;
+    l->reg = reg;
+    l->hdr = reg->hdr;
+    l->wake_fd = wake_fd;
+    l->notify_fd = notify_fd;
+    l->n_slots = m->max_sequences;
+    l->max_prefill_tokens = o->max_prefill_tokens ? o->max_prefill_tokens : 512;
+    l->cap_jobs = o->max_waiting ? o->max_waiting : 2 * l->n_slots + 8;
+    l->idle_ms = o->idle_timeout_ms > 0 ? o->idle_timeout_ms : 1000;
+    l->seqs = calloc(l->n_slots, sizeof(*l->seqs));
+    l->order = calloc(l->n_slots, sizeof(*l->order));
+    l->jobs = calloc(l->cap_jobs, sizeof(*l->jobs));
+    l->queue = calloc(l->cap_jobs, sizeof(*l->queue));
+    l->free_jobs = calloc(l->cap_jobs, sizeof(*l->free_jobs));
+    l->prompt_store = calloc((size_t)l->cap_jobs * m->max_context, sizeof(*l->prompt_store));
+    l->logits = calloc((size_t)l->n_slots * nv, sizeof(*l->logits));
+    l->slots = calloc(l->n_slots, sizeof(*l->slots));
+    l->tokens = calloc(l->n_slots, sizeof(*l->tokens));
+    l->res = calloc(l->n_slots, sizeof(*l->res));
+    l->prompt_in = calloc(WIRE_MAX_PROMPT, sizeof(*l->prompt_in));
+    l->buf = malloc(LOOP_OUT_BUF);
+    if (!l->seqs || !l->order || !l->jobs || !l->queue || !l->free_jobs || !l->prompt_store ||
+        !l->logits || !l->slots || !l->tokens || !l->res || !l->prompt_in || !l->buf)
+        goto nomem;
+    for (uint32_t i = 0; i < l->n_slots; i++)
+        if (!(l->seqs[i].sampler = sampler_create(m->n_vocab)))
+            goto nomem;
+    for (uint32_t i = 0; i < l->cap_jobs; i++) {
+        l->jobs[i].prompt = l->prompt_store + (size_t)i * m->max_context;
+        l->free_jobs[l->n_free_jobs++] = l->cap_jobs - 1 - i;
+    }
+    l->waiter = notify_waiter_create(wake_fd, err);
+    if (!l->waiter)
+        log_warn("no io_uring (%s): sleeping in poll()", strerror(-*err));
+    m->heartbeat = loop_heartbeat;
+    m->heartbeat_ctx = l;
+    *err = 0;
+    return l;
+
+nomem:
+    loop_destroy(l);
+    *err = -ENOMEM;
+    return NULL;
+}
+
+void loop_destroy(struct loop *l)
+{
+    if (!l)
+        return;
+    if (l->m && l->m->heartbeat_ctx == l) {
+        l->m->heartbeat = NULL;
+        l->m->heartbeat_ctx = NULL;
+    }
+    if (l->waiter)
+        notify_waiter_destroy(l->waiter);
+    if (l->seqs)
+        for (uint32_t i = 0; i < l->n_slots; i++)
+            sampler_destroy(l->seqs[i].sampler);
+    free(l->seqs);
+    free(l->order);
+    free(l->jobs);
+    free(l->queue);
+    free(l->free_jobs);
+    free(l->prompt_store);
+    free(l->logits);
+    free(l->slots);
+    free(l->tokens);
+    free(l->res);
+    free(l->prompt_in);
+    free(l->buf);
+    free(l);
+}
