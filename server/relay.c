@@ -1,0 +1,227 @@
+/* The relay of one request (relay.h): worker records -> detok -> stop strings -> events.
+ * It keeps the job's protocol state, the tokens not yet reported and the text buffers; it
+ * does no I/O and allocates only in relay_create(). */
+#include "relay.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "detok.h"
+#include "tokenizer.h"
+
+/* detok writes at most 3 bytes per byte of a piece (U+FFFD for each bad byte) plus its
+ * pending bytes; pieces are at most 1024 bytes. */
+#define RELAY_DETOK_MAX (3 * (1024 + 8))
+#define RELAY_TEXT_MAX  (RELAY_DETOK_MAX + 2 * STOP_HOLD_MAX)
+
+enum relay_state {
+    RELAY_STATE_QUEUED,  /* no record yet */
+    RELAY_STATE_RUNNING, /* STARTED came */
+    RELAY_STATE_OVER,    /* DONE or FAILED came: the job is gone */
+};
+
+struct relay {
+    enum relay_state state;
+    bool finished;    /* the client had its FINISHED/ERROR, or left */
+    bool cancel_sent; /* the caller was told to send CANCEL */
+    uint32_t n_tokens;
+    struct detok detok;
+    struct stop stop;
+    uint32_t n_pending;
+    struct relay_token pending[RELAY_MAX_PENDING];
+    char piece[RELAY_DETOK_MAX];
+    char text[RELAY_TEXT_MAX];
+    char error[WIRE_MAX_ERROR + 64];
+};
+
+int relay_create(const struct tokenizer *tok, const char *const *stops, const size_t *stop_len,
+                 size_t n_stop, struct relay **out)
+{
+    int err;
+    struct relay *r = calloc(1, sizeof *r);
+    *out = NULL;
+    if (!r)
+        return -ENOMEM;
+    detok_init(&r->detok, tok);
+    stop_init(&r->stop);
+    for (size_t i = 0; i < n_stop; i++)
+        if ((err = stop_add(&r->stop, stops[i], stop_len[i])) < 0)
+            goto fail;
+    *out = r;
+    return 0;
+fail:
+    free(r);
+    return err;
+}
+
+void relay_destroy(struct relay *r)
+{
+    free(r);
+}
+
+static struct relay_event *event_add(struct relay_out *out, enum relay_event_type type)
+{
+    struct relay_event *ev = &out->ev[out->n++];
+    memset(ev, 0, sizeof *ev);
+    ev->type = type;
+    return ev;
+}
+
+/* A TEXT event for len bytes of r->text and the pending tokens, when there is either. */
+static void emit_text(struct relay *r, size_t len, struct relay_out *out)
+{
+    if (len == 0 && r->n_pending == 0)
+        return;
+    struct relay_event *ev = event_add(out, RELAY_EVENT_TEXT);
+    ev->text = r->text;
+    ev->len = len;
+    ev->n_tokens = r->n_pending;
+    ev->tokens = r->pending;
+    /* The array is reused after the caller's next call; the event stays valid until then. */
+    r->n_pending = 0;
+}
+
+static void emit_finished(struct relay *r, enum relay_finish reason, uint32_t completion,
+                          struct relay_out *out)
+{
+    struct relay_event *ev = event_add(out, RELAY_EVENT_FINISHED);
+    ev->reason = reason;
+    ev->completion_tokens = completion;
+    r->finished = true;
+}
+
+static void emit_error(struct relay *r, struct relay_out *out)
+{
+    struct relay_event *ev = event_add(out, RELAY_EVENT_ERROR);
+    ev->error = r->error;
+    r->finished = true;
+}
+
+/* Run detok output through the stop strings into r->text. Returns the released length or
+ * -errno; *matched says a stop string ended the reply. */
+static int relay_text(struct relay *r, size_t len, bool *matched)
+{
+    return stop_push(&r->stop, r->piece, len, r->text, sizeof r->text, matched);
+}
+
+static int relay_token(struct relay *r, const struct proto_token *t, struct relay_out *out)
+{
+    r->n_tokens++;
+    if (r->finished)
+        return 0; /* stopped or cancelled: the job's last tokens go nowhere */
+
+    struct relay_token *rt = &r->pending[r->n_pending++];
+    rt->id = t->token;
+    rt->logprob = t->logprob;
+    rt->n_top = t->n_top <= WIRE_MAX_TOP_LOGPROBS ? t->n_top : WIRE_MAX_TOP_LOGPROBS;
+    memcpy(rt->top, t->top, rt->n_top * sizeof rt->top[0]);
+
+    int n = detok_push(&r->detok, t->token, r->piece, sizeof r->piece);
+    bool matched = false;
+    if (n >= 0)
+        n = relay_text(r, (size_t)n, &matched);
+    if (n < 0) {
+        snprintf(r->error, sizeof r->error, "worker sent token %u, which cannot be decoded (%s)",
+                 t->token, strerror(-n));
+        emit_error(r, out);
+        out->send_cancel = !r->cancel_sent;
+        r->cancel_sent = true;
+        return 0;
+    }
+    if (n > 0 || matched || r->n_pending == RELAY_MAX_PENDING)
+        emit_text(r, (size_t)n, out);
+    if (matched) {
+        emit_finished(r, RELAY_FINISH_STOP, r->n_tokens, out);
+        out->send_cancel = !r->cancel_sent;
+        r->cancel_sent = true;
+    }
+    return 0;
+}
+
+static enum relay_finish finish_reason(enum finish_reason reason)
+{
+    switch (reason) {
+    case FINISH_REASON_LENGTH:
+        return RELAY_FINISH_LENGTH;
+    case FINISH_REASON_CANCELLED:
+        return RELAY_FINISH_CANCELLED;
+    case FINISH_REASON_STOP:
+    default:
+        return RELAY_FINISH_STOP;
+    }
+}
+
+static int relay_done(struct relay *r, enum finish_reason reason, uint32_t completion,
+                      struct relay_out *out)
+{
+    if (r->finished)
+        return 0;
+    /* Release what detok and the stop strings hold; the tail may still complete a stop. */
+    bool matched = false;
+    int n = detok_flush(&r->detok, r->piece, sizeof r->piece);
+    if (n >= 0)
+        n = relay_text(r, (size_t)n, &matched);
+    if (n < 0)
+        return n; /* cannot happen: the buffers are sized for the flush */
+    size_t len = (size_t)n;
+    if (!matched)
+        len += stop_finish(&r->stop, r->text + len);
+    emit_text(r, len, out);
+    emit_finished(r, matched ? RELAY_FINISH_STOP : finish_reason(reason), completion, out);
+    return 0;
+}
+
+int relay_feed(struct relay *r, const struct proto_msg *m, struct relay_out *out)
+{
+    memset(out, 0, sizeof *out);
+    if (r->state == RELAY_STATE_OVER)
+        return -EPROTO;
+    switch (m->type) {
+    case MSG_TYPE_STARTED:
+        if (r->state != RELAY_STATE_QUEUED)
+            return -EPROTO;
+        r->state = RELAY_STATE_RUNNING;
+        if (!r->finished)
+            event_add(out, RELAY_EVENT_STARTED)->prompt_tokens = m->u.prompt_tokens;
+        return 0;
+    case MSG_TYPE_TOKEN:
+        if (r->state != RELAY_STATE_RUNNING)
+            return -EPROTO;
+        return relay_token(r, &m->u.token, out);
+    case MSG_TYPE_DONE:
+        r->state = RELAY_STATE_OVER;
+        out->job_over = true;
+        return relay_done(r, m->u.done.reason, m->u.done.completion_tokens, out);
+    case MSG_TYPE_FAILED:
+        r->state = RELAY_STATE_OVER;
+        out->job_over = true;
+        if (!r->finished) {
+            snprintf(r->error, sizeof r->error, "%.*s", (int)WIRE_MAX_ERROR, m->u.error);
+            emit_error(r, out);
+        }
+        return 0;
+    default:
+        return -EPROTO;
+    }
+}
+
+bool relay_cancel(struct relay *r)
+{
+    r->finished = true;
+    if (r->state == RELAY_STATE_OVER || r->cancel_sent)
+        return false;
+    r->cancel_sent = true;
+    return true;
+}
+
+bool relay_finished(const struct relay *r)
+{
+    return r->finished;
+}
+
+uint32_t relay_tokens(const struct relay *r)
+{
+    return r->n_tokens;
+}
