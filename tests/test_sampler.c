@@ -337,6 +337,45 @@ static void test_sampler_large_vocab_top_p_matches_small_path(void **state)
     sampler_destroy(s);
 }
 
+/* Random logits with ties: every draw under top_k lies within the k best (the k-th value
+ * included, ties at the cut may go either way) */
+static void test_sampler_top_k_never_leaves_the_k_best(void **state)
+{
+    enum { V = 300 };
+    struct sampler *s = sampler_create(V);
+    float l[V], sorted[V];
+    struct proto_sampling p;
+    uint64_t x = 99;
+
+    (void)state;
+    assert_non_null(s);
+    proto_sampling_init(&p);
+    p.temperature = 50.0f; /* flat: every kept token is likely to show up */
+    for (int round = 0; round < 200; round++) {
+        int k = 1 + round % 40;
+        uint32_t t;
+
+        p.top_k = k;
+        p.seed = (uint64_t)round;
+        sampler_reset(s, &p, NULL, 0);
+        for (int v = 0; v < V; v++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            l[v] = (float)((x >> 33) % 50); /* many ties */
+            sorted[v] = l[v];
+        }
+        for (int i = 1; i < V; i++) /* insertion sort, descending */
+            for (int j = i; j > 0 && sorted[j - 1] < sorted[j]; j--) {
+                float tmp = sorted[j];
+
+                sorted[j] = sorted[j - 1];
+                sorted[j - 1] = tmp;
+            }
+        t = sampler_sample(s, l, NULL);
+        assert_true(l[t] >= sorted[k - 1]);
+    }
+    sampler_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -359,6 +398,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sampler_logprobs_are_log_softmax_before_temperature,
                                         setup, teardown),
         cmocka_unit_test(test_sampler_large_vocab_top_p_matches_small_path),
+        cmocka_unit_test(test_sampler_top_k_never_leaves_the_k_best),
     };
 
     return cmocka_run_group_tests_name("sampler", tests, NULL, NULL);
