@@ -1,0 +1,202 @@
+/* Command-line flags of the front: a table of flags (name, kind, field, default, help) drives
+ * parsing, the defaults and --help alike. Does not validate the model itself. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum opt_kind { OPT_STR, OPT_U32, OPT_U64, OPT_BOOL, OPT_LEVEL };
+
+struct opt {
+    const char *name; /* without the leading "--" */
+    enum opt_kind kind;
+    size_t off;       /* of the field in struct kiln_config */
+    uint64_t min, max;
+    const char *defval; /* shown in --help; the real default is config_init's */
+    const char *help;
+};
+
+#define F(field) offsetof(struct kiln_config, field)
+
+static const struct opt opts[] = {
+    {"model", OPT_STR, F(model), 0, 0, "(required)", "mock, or a GGUF model file"},
+    {"host", OPT_STR, F(host), 0, 0, "127.0.0.1", "address to listen on"},
+    {"port", OPT_U32, F(port), 0, 65535, "8080", "TCP port (0: any free port)"},
+    {"workers", OPT_U32, F(workers), 1, 256, "1", "worker processes"},
+    {"max-sequences", OPT_U32, F(max_sequences), 1, 4096, "8",
+     "sequences each worker runs at once (its slots)"},
+    {"max-waiting", OPT_U32, F(max_waiting), 0, 1000000, "256",
+     "requests waiting for a slot before new ones get 503"},
+    {"max-prefill-tokens", OPT_U32, F(max_prefill_tokens), 1, UINT32_MAX, "512",
+     "prompt tokens a worker prefills between two decode steps"},
+    {"ctx", OPT_U32, F(ctx), 0, UINT32_MAX, "0",
+     "context length in tokens (0: the model's; the mock's is 4096)"},
+    {"threads", OPT_U32, F(threads), 0, 1024, "0", "threads per worker (0: worker default)"},
+    {"max-body-bytes", OPT_U64, F(max_body_bytes), 1, UINT64_C(1) << 40, "1048576",
+     "largest request body accepted (413 above)"},
+    {"mock-reply", OPT_STR, F(mock_reply), 0, 0, "(worker default)",
+     "the mock model's reply text"},
+    {"mock-delay-ms", OPT_U32, F(mock_delay_ms), 0, 3600000, "0",
+     "the mock model's delay per token"},
+    {"mock-faults", OPT_BOOL, F(mock_faults), 0, 0, "off",
+     "let prompts inject faults into the mock (tests only)"},
+    {"chat-template", OPT_STR, F(chat_template), 0, 0, "(from the model)",
+     "chat template family: fallback, chatml, llama2, llama3, mistral, zephyr, phi3, gemma"},
+    {"log-level", OPT_LEVEL, F(log_level), 0, 0, "info", "debug, info, warn or error"},
+    {"help", OPT_BOOL, F(help), 0, 0, "", "print this help and exit"},
+};
+
+#define N_OPTS (sizeof(opts) / sizeof(opts[0]))
+
+void config_init(struct kiln_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->host = "127.0.0.1";
+    c->port = 8080;
+    c->workers = 1;
+    c->max_sequences = 8;
+    c->max_waiting = 256;
+    c->max_prefill_tokens = 512;
+    c->max_body_bytes = 1u << 20;
+    c->log_level = LOG_LEVEL_INFO;
+}
+
+int config_log_level(const char *s)
+{
+    static const char *names[] = {"debug", "info", "warn", "error"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(s, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    char *end;
+    if (*s == '\0' || *s == '-' || *s == '+')
+        return -EINVAL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end != '\0' || v < min || v > max)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+static const struct opt *find_opt(const char *name, size_t len)
+{
+    for (size_t i = 0; i < N_OPTS; i++)
+        if (strlen(opts[i].name) == len && strncmp(opts[i].name, name, len) == 0)
+            return &opts[i];
+    return NULL;
+}
+
+static int set_opt(struct kiln_config *c, const struct opt *o, const char *val, char *err,
+                   size_t errlen)
+{
+    char *field = (char *)c + o->off;
+    uint64_t v;
+    int lvl;
+
+    switch (o->kind) {
+    case OPT_STR:
+        memcpy(field, &val, sizeof(val));
+        return 0;
+    case OPT_U32:
+    case OPT_U64:
+        if (parse_u64(val, o->min, o->max, &v) < 0) {
+            snprintf(err, errlen, "--%s: '%s' is not an integer in [%llu, %llu]", o->name, val,
+                     (unsigned long long)o->min, (unsigned long long)o->max);
+            return -EINVAL;
+        }
+        if (o->kind == OPT_U32) {
+            uint32_t v32 = (uint32_t)v;
+            memcpy(field, &v32, sizeof(v32));
+        } else {
+            memcpy(field, &v, sizeof(v));
+        }
+        return 0;
+    case OPT_LEVEL:
+        if ((lvl = config_log_level(val)) < 0) {
+            snprintf(err, errlen, "--%s: '%s' is not debug, info, warn or error", o->name, val);
+            return -EINVAL;
+        }
+        {
+            enum log_level l = (enum log_level)lvl;
+            memcpy(field, &l, sizeof(l));
+        }
+        return 0;
+    case OPT_BOOL:
+        break;
+    }
+    return -EINVAL;
+}
+
+int config_parse(struct kiln_config *c, int argc, char **argv, char *err, size_t errlen)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0) {
+            snprintf(err, errlen, "unexpected argument '%s'", a);
+            return -EINVAL;
+        }
+        a += 2;
+        const char *eq = strchr(a, '=');
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
+        const struct opt *o = find_opt(a, len);
+        if (!o) {
+            snprintf(err, errlen, "unknown flag '%s'", argv[i]);
+            return -EINVAL;
+        }
+        if (o->kind == OPT_BOOL) {
+            if (eq) {
+                snprintf(err, errlen, "--%s takes no value", o->name);
+                return -EINVAL;
+            }
+            bool t = true;
+            memcpy((char *)c + o->off, &t, sizeof(t));
+            if (c->help)
+                return 0;
+            continue;
+        }
+        const char *val = eq ? eq + 1 : NULL;
+        if (!val) {
+            if (i + 1 >= argc) {
+                snprintf(err, errlen, "--%s needs a value", o->name);
+                return -EINVAL;
+            }
+            val = argv[++i];
+        }
+        int rc = set_opt(c, o, val, err, errlen);
+        if (rc < 0)
+            return rc;
+    }
+    if (!c->model || !*c->model) {
+        snprintf(err, errlen, "--model is required");
+        return -EINVAL;
+    }
+    if (!*c->host) {
+        snprintf(err, errlen, "--host must not be empty");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+void config_usage(FILE *f, const char *prog)
+{
+    fprintf(f, "usage: %s --model mock|FILE.gguf [flags]\n\nflags (default in brackets):\n",
+            prog);
+    for (size_t i = 0; i < N_OPTS; i++) {
+        char left[64];
+        const struct opt *o = &opts[i];
+        snprintf(left, sizeof(left), "--%s%s", o->name, o->kind == OPT_BOOL ? "" : " N");
+        if (o->kind == OPT_STR || o->kind == OPT_LEVEL)
+            snprintf(left, sizeof(left), "--%s %s", o->name,
+                     o->kind == OPT_LEVEL ? "LEVEL" : "TEXT");
+        if (o->defval[0])
+            fprintf(f, "  %-26s %s [%s]\n", left, o->help, o->defval);
+        else
+            fprintf(f, "  %-26s %s\n", left, o->help);
+    }
+}

@@ -1,0 +1,86 @@
+/* One HTTP generation request from admission to its last byte: its prompt and parameters,
+ * its place in the queue or on a worker, the worker's records turned into OpenAI output
+ * (through the relay), a client that leaves, and one request_free() that releases it all.
+ * JSON parsing and shapes are api.c's; queueing is queue.c's. */
+#ifndef REQUEST_H
+#define REQUEST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "proto.h"
+
+struct evhttp_request;
+struct evbuffer;
+struct front;
+struct worker;
+struct relay;
+
+#define REQUEST_MAX_STOPS 4
+
+enum request_kind { REQUEST_KIND_COMPLETION, REQUEST_KIND_CHAT };
+
+struct request {
+    struct front *f;
+    /* The client's request; NULL once the answer is complete or the client left. */
+    struct evhttp_request *http;
+    TAILQ_ENTRY(request) link_all;   /* f->requests */
+    TAILQ_ENTRY(request) link_queue; /* the waiting queue, while queued */
+    enum request_kind kind;
+    bool stream;
+    bool include_usage; /* stream_options.include_usage */
+    uint64_t req_id;    /* unique in this front, never 0 */
+    char id[48];        /* "cmpl-..." / "chatcmpl-..." */
+    int64_t created;    /* unix seconds */
+
+    uint32_t *prompt;   /* n_prompt tokens */
+    uint32_t n_prompt;
+    uint32_t max_new_tokens;
+    struct proto_sampling sampling;
+    char *stops[REQUEST_MAX_STOPS];
+    uint32_t n_stops;
+
+    bool queued;        /* in the waiting queue */
+    struct worker *worker; /* holding a slot there until the job's final record */
+    bool started;       /* STARTED came */
+    bool cancel_sent;
+    bool finished;      /* the generation ended (the HTTP answer was given or the client left) */
+    bool reply_started; /* the SSE stream's headers were sent */
+    bool client_gone;
+    uint32_t hold;      /* >0 while a callback works on it: not freed until it returns */
+
+    struct relay *relay;
+    struct evbuffer *text; /* whole (non-stream) replies: the text so far */
+    uint32_t prompt_tokens, completion_tokens;
+};
+
+/* A request for http (owned by f, on f->requests), watching for the client leaving. Returns
+ * NULL when out of memory. */
+struct request *request_create(struct front *f, struct evhttp_request *http,
+                               enum request_kind kind);
+
+/* Prepare the relay (stop strings, tokenizer) once the fields are set, then queue it. On a
+ * refusal the client got its error answer and the request is freed. Returns 0 or -errno. */
+int request_start(struct request *r);
+
+/* Answer with an OpenAI error (before the stream began: a status and JSON body; after: an
+ * error event and the end of the stream), end the generation (cancelling a running job) and
+ * free the request when nothing refers to it. */
+void request_fail(struct request *r, int status, const char *type, const char *message,
+                  const char *param, const char *code);
+
+/* A worker record for r's job (the worker layer validated its type and req_id). */
+void request_on_record(struct request *r, const struct proto_msg *m);
+
+/* r's worker died with r's job on it: a started job fails; one not started is queued again. */
+void request_on_job_lost(struct request *r, const char *cause);
+
+/* Whether the client's connection is still open (a queued request whose client left can be
+ * dropped). Peeks at the socket without reading. */
+bool request_client_alive(struct request *r);
+
+/* End r at shutdown: answer 503 if nothing was sent, close the stream otherwise; free it. */
+void request_abort(struct request *r);
+
+#endif

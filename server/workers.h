@@ -1,0 +1,93 @@
+/* The front's worker processes: spawn each with a fresh shared region and two eventfds, send
+ * it records (JOB, CANCEL) with one wake per loop turn, read its records from the libevent
+ * loop, reap it on SIGCHLD, and respawn it with a backoff. Knows nothing of HTTP: a job's
+ * owner is an opaque pointer handed back with each of its records. */
+#ifndef WORKERS_H
+#define WORKERS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "proto.h"
+#include "shm_region.h"
+
+struct event_base;
+struct event;
+struct kiln_config;
+struct workers;
+
+/* The front's view of a worker process (the region's hdr->state says whether it loaded). */
+enum worker_life {
+    WORKER_LIFE_STARTING = 0, /* spawned; model loading (hdr->state not READY yet) */
+    WORKER_LIFE_READY,        /* hdr->state READY */
+    WORKER_LIFE_BACKOFF,      /* dead; respawns when its backoff timer fires */
+    WORKER_LIFE_FAILED,       /* kept failing at start-up; not respawned */
+    WORKER_LIFE_STOPPED,      /* stopped at shutdown */
+};
+
+/* One job slot: the owner of the job whose final record has not come back yet. */
+struct worker_slot {
+    uint64_t req_id; /* 0: free */
+    void *owner;
+    bool cancel_pending; /* CANCEL not yet in the ring (it was full) */
+};
+
+struct worker {
+    struct workers *ws;
+    uint32_t id;
+    pid_t pid;               /* 0 when no process runs */
+    enum worker_life life;
+    struct shm_region reg;   /* zeroed when no process runs */
+    int wake_fd, notify_fd;  /* -1 when no process runs */
+    struct event *ev_notify; /* notify_fd readable */
+    struct event *ev_respawn;
+    struct worker_slot *slots; /* max_sequences of them */
+    uint32_t used;           /* slots taken */
+    bool wake_pending;       /* records pushed since the last wake */
+    bool poisoned;           /* sent a malformed record: killed, no more reading */
+    uint32_t start_failures; /* deaths in a row before READY */
+    uint32_t n_spawns;
+    uint64_t n_records;
+};
+
+/* Callbacks into the request layer; ctx is workers_create's. */
+struct workers_ops {
+    /* A validated record (STARTED, TOKEN, DONE, FAILED) for owner's job. For DONE and FAILED
+     * the slot was released just before the call. */
+    void (*on_record)(void *ctx, struct worker *w, void *owner, const struct proto_msg *m);
+    /* The worker died with owner's job on it (slot already released); cause names why. */
+    void (*on_job_lost)(void *ctx, struct worker *w, void *owner, const char *cause);
+    /* Slots may have come free or a worker came up: a chance to dispatch. */
+    void (*on_capacity)(void *ctx);
+};
+
+/* Spawn cfg->workers processes of exe_dir/kiln-worker. Returns NULL with a message logged. */
+struct workers *workers_create(struct event_base *base, const struct kiln_config *cfg,
+                               uint32_t max_context, const struct workers_ops *ops, void *ctx);
+/* SIGTERM every worker, wait up to timeout_ms, SIGKILL the rest, reap, free. NULL is fine. */
+void workers_destroy(struct workers *ws, int timeout_ms);
+
+uint32_t workers_count(const struct workers *ws);
+struct worker *workers_get(struct workers *ws, uint32_t i);
+
+/* Refresh w->life from its region and return it. */
+enum worker_life worker_life_get(struct worker *w);
+const char *worker_life_name(enum worker_life l);
+
+/* The alive worker with the fewest taken slots and at least one free, or NULL. */
+struct worker *workers_pick(struct workers *ws);
+
+/* Whether any worker is READY. */
+bool workers_any_ready(struct workers *ws);
+
+/* Take a slot of w for req_id (owner is handed back with its records) and send its JOB.
+ * Returns 0, -EBUSY with no free slot, -EAGAIN when the ring is full (retry later), or
+ * -errno; on error no slot is taken. */
+int worker_submit(struct worker *w, const struct proto_msg *job, void *owner);
+
+/* Send CANCEL for req_id's job (once; a full ring is retried at the next wake). Returns 0
+ * or -ENOENT when w holds no such job. */
+int worker_cancel(struct worker *w, uint64_t req_id);
+
+#endif
