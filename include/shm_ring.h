@@ -14,7 +14,8 @@
 /* One producer process, one consumer process.
  *  head: written only by the producer (release), read by the consumer (acquire).
  *  tail: written only by the consumer (release), read by the producer (acquire).
- *  consumer_waiting: set by the consumer before it sleeps, read by the producer (seq_cst).
+ *  consumer_waiting: set by the consumer before it sleeps, read by the producer (seq_cst);
+ *    the producer clears it when it writes the eventfd, so that wake-ups merge.
  *  magic, version, size: set before fork, never change.
  * Bytes in [tail, head) belong to the consumer; the rest belong to the producer.
  * A record is [u32 len][u32 rsvd][payload], padded to 8 bytes; a record that would wrap

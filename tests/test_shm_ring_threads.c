@@ -1,0 +1,210 @@
+/* shm_ring stressed by two threads (producer and consumer, variable record sizes, checksums),
+ * so ThreadSanitizer can check the ring's orderings: TSan cannot see across processes. The
+ * threads only count and record failures; cmocka asserts run in the main thread. */
+#include "shm_ring.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "hist.h"
+#include "notify.h"
+
+#define STRESS_RING     4096u
+#define STRESS_DEADLINE (60 * UINT64_C(1000000)) /* us; a bug fails instead of hanging */
+
+struct stress {
+    struct shm_ring *r;
+    int efd;
+    uint64_t n_records;
+    uint64_t deadline_us;
+    uint32_t max_len;
+    bool use_notify; /* consumer sleeps through notify (eventfd read) or spins */
+    /* Results, each written by one thread and read by main after pthread_join. */
+    int producer_err;
+    int consumer_err;
+    uint64_t producer_sum, consumer_sum, consumed, sleeps, timeouts;
+};
+
+static uint32_t stress_len(uint64_t seq, uint32_t max_len)
+{
+    uint64_t x = seq * 0x9e3779b97f4a7c15u;
+
+    return 8 + (uint32_t)((x >> 40) % (max_len - 7)); /* 8..max_len */
+}
+
+static uint64_t stress_mix(uint64_t h, const unsigned char *p, uint32_t len)
+{
+    for (uint32_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 0x100000001b3u;
+    return h;
+}
+
+static void *stress_producer(void *arg)
+{
+    struct stress *s = arg;
+    unsigned char buf[1024];
+    uint64_t sum = 0xcbf29ce484222325u;
+    int ret, err;
+
+    for (uint64_t seq = 0; seq < s->n_records; seq++) {
+        uint32_t len = stress_len(seq, s->max_len);
+        unsigned char *slot;
+
+        memcpy(buf, &seq, 8);
+        for (uint32_t i = 8; i < len; i++)
+            buf[i] = (unsigned char)(seq + i);
+        sum = stress_mix(sum, buf, len);
+        /* Alternate push and reserve/commit, so both paths race with the consumer. */
+        for (;;) {
+            if (seq & 1) {
+                ret = shm_ring_push(s->r, buf, len);
+            } else if ((slot = shm_ring_reserve(s->r, len + 16, &err)) != NULL) {
+                memcpy(slot, buf, len);
+                shm_ring_commit(s->r, len);
+                ret = 0;
+            } else {
+                ret = err;
+            }
+            if (ret != -EAGAIN)
+                break;
+            if (hist_now_us() > s->deadline_us) {
+                s->producer_err = -ETIMEDOUT;
+                return NULL;
+            }
+            sched_yield();
+        }
+        if (ret < 0) {
+            s->producer_err = ret;
+            return NULL;
+        }
+        if (s->use_notify && (ret = notify_wake(s->r, s->efd)) < 0) {
+            s->producer_err = ret;
+            return NULL;
+        }
+    }
+    s->producer_sum = sum;
+    return NULL;
+}
+
+static void *stress_consumer(void *arg)
+{
+    struct stress *s = arg;
+    uint64_t sum = 0xcbf29ce484222325u, seq = 0, got;
+    const void *msg;
+    uint32_t len;
+    int ret;
+
+    while (seq < s->n_records) {
+        ret = shm_ring_peek(s->r, &msg, &len);
+        if (ret == -EAGAIN) {
+            if (hist_now_us() > s->deadline_us) {
+                s->consumer_err = -ETIMEDOUT;
+                return NULL;
+            }
+            if (s->use_notify && notify_prepare_sleep(s->r)) {
+                /* A bounded poll on the eventfd: the thread flavour of the worker's wait
+                 * (TSan cannot follow an io_uring read; poll it can). */
+                struct pollfd pfd = {.fd = s->efd, .events = POLLIN};
+                s->sleeps++;
+                ret = poll(&pfd, 1, 2000);
+                if (ret == 0)
+                    s->timeouts++; /* nothing arrived for 2 s: a lost wake-up */
+                ret = ret < 0 ? -errno : notify_consume(s->efd);
+                notify_end_sleep(s->r);
+                if (ret < 0) {
+                    s->consumer_err = ret;
+                    return NULL;
+                }
+                continue;
+            }
+            sched_yield();
+            continue;
+        }
+        if (ret < 0) {
+            s->consumer_err = ret;
+            return NULL;
+        }
+        memcpy(&got, msg, 8);
+        if (len != stress_len(seq, s->max_len) || got != seq) {
+            s->consumer_err = -EBADMSG;
+            return NULL;
+        }
+        sum = stress_mix(sum, msg, len);
+        shm_ring_pop(s->r);
+        seq++;
+    }
+    s->consumer_sum = sum;
+    s->consumed = seq;
+    return NULL;
+}
+
+static void run_stress(uint64_t n_records, uint32_t max_len, bool use_notify)
+{
+    struct stress s = {0};
+    pthread_t prod, cons;
+
+    s.r = aligned_alloc(64, shm_ring_footprint(STRESS_RING));
+    assert_non_null(s.r);
+    assert_int_equal(shm_ring_init(s.r, STRESS_RING), 0);
+    s.efd = notify_eventfd();
+    assert_true(s.efd >= 0);
+    s.n_records = n_records;
+    s.max_len = max_len;
+    s.use_notify = use_notify;
+    s.deadline_us = hist_now_us() + STRESS_DEADLINE;
+    assert_int_equal(pthread_create(&cons, NULL, stress_consumer, &s), 0);
+    assert_int_equal(pthread_create(&prod, NULL, stress_producer, &s), 0);
+    assert_int_equal(pthread_join(prod, NULL), 0);
+    assert_int_equal(pthread_join(cons, NULL), 0);
+    assert_int_equal(s.producer_err, 0);
+    assert_int_equal(s.consumer_err, 0);
+    assert_int_equal(s.consumed, n_records);
+    assert_true(s.producer_sum == s.consumer_sum);
+    assert_true(shm_ring_empty(s.r));
+    assert_int_equal(s.timeouts, 0);
+    if (use_notify)
+        assert_true(s.sleeps > 0);
+    close(s.efd);
+    free(s.r);
+}
+
+static void test_shm_ring_threads_small_records_in_order(void **state)
+{
+    (void)state;
+    run_stress(200000, 40, false);
+}
+
+static void test_shm_ring_threads_large_records_wrap_often(void **state)
+{
+    (void)state;
+    /* Records up to 1 KiB in a 4 KiB ring: a PAD every few records. */
+    run_stress(50000, 1000, false);
+}
+
+static void test_shm_ring_threads_with_notify_flag(void **state)
+{
+    (void)state;
+    run_stress(100000, 200, true);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shm_ring_threads_small_records_in_order),
+        cmocka_unit_test(test_shm_ring_threads_large_records_wrap_often),
+        cmocka_unit_test(test_shm_ring_threads_with_notify_flag),
+    };
+    return cmocka_run_group_tests_name("shm_ring_threads", tests, NULL, NULL);
+}
