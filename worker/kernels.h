@@ -125,5 +125,13 @@ const struct kern_ops *kern_ops_avx512_table(void);
 /* Internal: number of sequences matmul takes per pass over the weights for vectors of
  * act_bytes each (a multiple of 4, >= 4). */
 int kern_seq_chunk(size_t act_bytes);
+/* Internal: AVX2 kernels the AVX-512 set reuses where 512-bit code would not be faster. */
+void kern_avx2_matmul(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
+                      int y_stride, int row_begin, int row_end);
+float kern_avx2_dot_f32(const float *a, const float *b, int n);
+float kern_avx2_dot_f16(const uint16_t *a, const float *b, int n);
+void kern_avx2_axpy_f32(float *restrict y, float alpha, const float *restrict x, int n);
+void kern_avx2_axpy_f16(float *restrict y, float alpha, const uint16_t *restrict x, int n);
+void kern_avx2_add(float *restrict y, const float *restrict x, int n);
 
 #endif /* KERNELS_H */

@@ -1,10 +1,412 @@
-/* The avx2 kernel set (placeholder until the SIMD kernels land: no table yet, so
- * kern_ops_get reports the set as unavailable and callers use the scalar set). */
+/* The AVX2+FMA+F16C kernel set. Integer dot products use maddubs (unsigned x signed bytes)
+ * + madd; float types use FMA. Built with -mavx2 -mfma -mf16c: reached only through
+ * kern_ops_get after a CPU check. Every (row, sequence) dot runs the same instruction
+ * sequence whether it is computed alone or in a tile of 4 sequences, so batching never
+ * changes a result bit. */
 #include "kernels.h"
 
+#include <immintrin.h>
+#include <math.h>
 #include <stddef.h>
+
+#include "quant.h"
+
+#define AI __attribute__((always_inline)) inline
+
+static AI float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static AI float f16(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
+/* Sub-block scales and mins of a Q4_K block (quant.h's packing). */
+static AI void q4_k_scales(const uint8_t s[12], uint8_t sc[8], uint8_t m[8])
+{
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        m[j] = s[j + 4] & 63;
+        sc[j + 4] = (uint8_t)((s[j + 8] & 15) | (s[j] >> 6) << 4);
+        m[j + 4] = (uint8_t)((s[j + 8] >> 4) | (s[j + 4] >> 6) << 4);
+    }
+}
+
+/* ---- one weight row against S activation vectors (x, x + xs, ...); y[k * ys] ---- */
+
+static AI void tile_q8_0(const struct quant_block_q8_0 *w, const char *x, size_t xs, int nb,
+                         const int S, float *y, size_t ys)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc0[4], acc1[4];
+    for (int k = 0; k < S; k++)
+        acc0[k] = acc1[k] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m256i qw = _mm256_loadu_si256((const __m256i *)w[i].qs);
+        __m256i aw = _mm256_abs_epi8(qw);
+        float dw = f16(w[i].d);
+        for (int k = 0; k < S; k++) {
+            const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)(x + k * xs) + i;
+            __m256i qx = _mm256_loadu_si256((const __m256i *)b->qs);
+            __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, qw));
+            __m256 v = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+            __m256 d = _mm256_set1_ps(dw * f16(b->d));
+            /* two chains: a block's FMA need not wait for the previous block's */
+            if (i & 1)
+                acc1[k] = _mm256_fmadd_ps(d, v, acc1[k]);
+            else
+                acc0[k] = _mm256_fmadd_ps(d, v, acc0[k]);
+        }
+    }
+    for (int k = 0; k < S; k++)
+        y[k * ys] = hsum8(_mm256_add_ps(acc0[k], acc1[k]));
+}
+
+static AI void tile_q4_0(const struct quant_block_q4_0 *w, const char *x, size_t xs, int nb,
+                         const int S, float *y, size_t ys)
+{
+    const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(15);
+    const __m256i eight = _mm256_set1_epi8(8);
+    __m256 acc0[4], acc1[4];
+    for (int k = 0; k < S; k++)
+        acc0[k] = acc1[k] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m128i raw = _mm_loadu_si128((const __m128i *)w[i].qs);
+        /* elements 0..15 are the low nibbles, 16..31 the high ones */
+        __m256i q = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
+        __m256i qw = _mm256_sub_epi8(_mm256_and_si256(q, low4), eight);
+        __m256i aw = _mm256_abs_epi8(qw);
+        float dw = f16(w[i].d);
+        for (int k = 0; k < S; k++) {
+            const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)(x + k * xs) + i;
+            __m256i qx = _mm256_loadu_si256((const __m256i *)b->qs);
+            __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, qw));
+            __m256 v = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+            __m256 d = _mm256_set1_ps(dw * f16(b->d));
+            if (i & 1)
+                acc1[k] = _mm256_fmadd_ps(d, v, acc1[k]);
+            else
+                acc0[k] = _mm256_fmadd_ps(d, v, acc0[k]);
+        }
+    }
+    for (int k = 0; k < S; k++)
+        y[k * ys] = hsum8(_mm256_add_ps(acc0[k], acc1[k]));
+}
+
+static AI void tile_q4_k(const struct quant_block_q4_k *w, const char *x, size_t xs, int nb,
+                         const int S, float *y, size_t ys)
+{
+    const __m256i low4 = _mm256_set1_epi8(15);
+    __m256 acc[4];
+    for (int k = 0; k < S; k++)
+        acc[k] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        uint8_t sc[8], m[8];
+        q4_k_scales(w[i].scales, sc, m);
+        __m256i q[8], scv[8];
+        for (int c = 0; c < 4; c++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * c));
+            q[2 * c] = _mm256_and_si256(raw, low4);
+            q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        }
+        for (int j = 0; j < 8; j++)
+            scv[j] = _mm256_set1_epi16(sc[j]);
+        /* bsums k covers 16 elements; sub-block j is bsums 2j and 2j+1 */
+        __m256i mv = _mm256_setr_epi16(m[0], m[0], m[1], m[1], m[2], m[2], m[3], m[3], m[4],
+                                       m[4], m[5], m[5], m[6], m[6], m[7], m[7]);
+        float d = f16(w[i].d), dmin = f16(w[i].dmin);
+        for (int k = 0; k < S; k++) {
+            const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
+            __m256i isum = _mm256_setzero_si256();
+            for (int j = 0; j < 8; j++) {
+                __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * j));
+                __m256i p = _mm256_maddubs_epi16(q[j], qx);
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scv[j]));
+            }
+            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+            __m256 ms = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mv));
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(isum), acc[k]);
+            acc[k] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * a->d), ms, acc[k]);
+        }
+    }
+    for (int k = 0; k < S; k++)
+        y[k * ys] = hsum8(acc[k]);
+}
+
+static AI void tile_q6_k(const struct quant_block_q6_k *w, const char *x, size_t xs, int nb,
+                         const int S, float *y, size_t ys)
+{
+    const __m256i low4 = _mm256_set1_epi8(15), hi2 = _mm256_set1_epi8(0x30);
+    __m256 acc[4];
+    for (int k = 0; k < S; k++)
+        acc[k] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m256i q[8], scv[8];
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));
+            q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, low4),
+                                           _mm256_and_si256(_mm256_slli_epi16(qh, 4), hi2));
+            q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                                           _mm256_and_si256(_mm256_slli_epi16(qh, 2), hi2));
+            q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                                           _mm256_and_si256(qh, hi2));
+            q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2));
+        }
+        /* vector v holds sub-blocks 2v (int16 lanes 0-7) and 2v+1 (lanes 8-15) */
+        for (int v = 0; v < 8; v++)
+            scv[v] = _mm256_set_m128i(_mm_set1_epi16(w[i].scales[2 * v + 1]),
+                                      _mm_set1_epi16(w[i].scales[2 * v]));
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
+        float d = f16(w[i].d);
+        for (int k = 0; k < S; k++) {
+            const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
+            __m256i isum = _mm256_setzero_si256();
+            for (int v = 0; v < 8; v++) {
+                __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * v));
+                __m256i p = _mm256_maddubs_epi16(q[v], qx);
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scv[v]));
+            }
+            /* q was stored +32: subtract 32 * sum_k sc_k * bsum_k */
+            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+            __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5);
+            isum = _mm256_sub_epi32(isum, off);
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(isum), acc[k]);
+        }
+    }
+    for (int k = 0; k < S; k++)
+        y[k * ys] = hsum8(acc[k]);
+}
+
+/* Float weights (F32, F16, BF16) against F32 activations: 16 elements a step in two
+ * chains, then 8, then a scalar tail. */
+static AI __m256 load_w(const void *w, enum ggml_type t, int i)
+{
+    if (t == GGML_TYPE_F32)
+        return _mm256_loadu_ps((const float *)w + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + i));
+    if (t == GGML_TYPE_F16)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static AI float load_w1(const void *w, enum ggml_type t, int i)
+{
+    if (t == GGML_TYPE_F32)
+        return ((const float *)w)[i];
+    if (t == GGML_TYPE_F16)
+        return f16(((const uint16_t *)w)[i]);
+    return quant_bf16_to_f32(((const uint16_t *)w)[i]);
+}
+
+static AI void tile_float(const void *w, enum ggml_type t, const char *x, size_t xs, int n,
+                          const int S, float *y, size_t ys)
+{
+    __m256 acc0[4], acc1[4];
+    int i = 0;
+    for (int k = 0; k < S; k++)
+        acc0[k] = acc1[k] = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        __m256 w0 = load_w(w, t, i), w1 = load_w(w, t, i + 8);
+        for (int k = 0; k < S; k++) {
+            const float *xf = (const float *)(x + k * xs);
+            acc0[k] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xf + i), acc0[k]);
+            acc1[k] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xf + i + 8), acc1[k]);
+        }
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 w0 = load_w(w, t, i);
+        for (int k = 0; k < S; k++)
+            acc0[k] = _mm256_fmadd_ps(w0, _mm256_loadu_ps((const float *)(x + k * xs) + i),
+                                      acc0[k]);
+    }
+    for (int k = 0; k < S; k++) {
+        const float *xf = (const float *)(x + k * xs);
+        float s = hsum8(_mm256_add_ps(acc0[k], acc1[k]));
+        for (int j = i; j < n; j++)
+            s += load_w1(w, t, j) * xf[j];
+        y[k * ys] = s;
+    }
+}
+
+/* One row against sequences [0, ns): tiles of 4, then 1 at a time. */
+#define ROW_FN(name, call)                                                                     \
+    static void name(const void *w, const char *x, size_t xs, int n, int ns, float *y,         \
+                     size_t ys)                                                                \
+    {                                                                                          \
+        int s = 0;                                                                             \
+        for (; s + 4 <= ns; s += 4)                                                            \
+            call(w, x + s * xs, xs, n, 4, y + s * ys, ys);                                     \
+        for (; s < ns; s++)                                                                    \
+            call(w, x + s * xs, xs, n, 1, y + s * ys, ys);                                     \
+    }
+
+#define CALL_Q8_0(w, x, xs, n, S, y, ys) tile_q8_0(w, x, xs, (n) / QUANT_QK, S, y, ys)
+#define CALL_Q4_0(w, x, xs, n, S, y, ys) tile_q4_0(w, x, xs, (n) / QUANT_QK, S, y, ys)
+#define CALL_Q4_K(w, x, xs, n, S, y, ys) tile_q4_k(w, x, xs, (n) / QUANT_QK_K, S, y, ys)
+#define CALL_Q6_K(w, x, xs, n, S, y, ys) tile_q6_k(w, x, xs, (n) / QUANT_QK_K, S, y, ys)
+#define CALL_F32(w, x, xs, n, S, y, ys)  tile_float(w, GGML_TYPE_F32, x, xs, n, S, y, ys)
+#define CALL_F16(w, x, xs, n, S, y, ys)  tile_float(w, GGML_TYPE_F16, x, xs, n, S, y, ys)
+#define CALL_BF16(w, x, xs, n, S, y, ys) tile_float(w, GGML_TYPE_BF16, x, xs, n, S, y, ys)
+
+ROW_FN(row_q8_0, CALL_Q8_0)
+ROW_FN(row_q4_0, CALL_Q4_0)
+ROW_FN(row_q4_k, CALL_Q4_K)
+ROW_FN(row_q6_k, CALL_Q6_K)
+ROW_FN(row_f32, CALL_F32)
+ROW_FN(row_f16, CALL_F16)
+ROW_FN(row_bf16, CALL_BF16)
+
+typedef void (*row_fn)(const void *w, const char *x, size_t xs, int n, int ns, float *y,
+                       size_t ys);
+
+void kern_avx2_matmul(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
+                      int y_stride, int row_begin, int row_end)
+{
+    row_fn f;
+    switch (W->type) {
+    case GGML_TYPE_Q8_0:
+        f = row_q8_0;
+        break;
+    case GGML_TYPE_Q4_0:
+        f = row_q4_0;
+        break;
+    case GGML_TYPE_Q4_K:
+        f = row_q4_k;
+        break;
+    case GGML_TYPE_Q6_K:
+        f = row_q6_k;
+        break;
+    case GGML_TYPE_F32:
+        f = row_f32;
+        break;
+    case GGML_TYPE_F16:
+        f = row_f16;
+        break;
+    case GGML_TYPE_BF16:
+        f = row_bf16;
+        break;
+    default:
+        __builtin_trap(); /* an unsupported type got past model load */
+    }
+    const char *wd = W->data, *xd = X->data;
+    int chunk = kern_seq_chunk(X->stride);
+    for (int s0 = 0; s0 < n_seq; s0 += chunk) {
+        int ns = n_seq - s0 < chunk ? n_seq - s0 : chunk;
+        for (int r = row_begin; r < row_end; r++)
+            f(wd + (size_t)r * W->row_bytes, xd + (size_t)s0 * X->stride, X->stride, X->n, ns,
+              Y + (size_t)s0 * y_stride + r, (size_t)y_stride);
+    }
+}
+
+/* ---- float kernels ---- */
+
+float kern_avx2_dot_f32(const float *a, const float *b, int n)
+{
+    float r;
+    tile_float(a, GGML_TYPE_F32, (const char *)b, 0, n, 1, &r, 0);
+    return r;
+}
+
+float kern_avx2_dot_f16(const uint16_t *a, const float *b, int n)
+{
+    float r;
+    tile_float(a, GGML_TYPE_F16, (const char *)b, 0, n, 1, &r, 0);
+    return r;
+}
+
+void kern_avx2_axpy_f32(float *restrict y, float alpha, const float *restrict x, int n)
+{
+    __m256 a = _mm256_set1_ps(alpha);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] += alpha * x[i];
+}
+
+void kern_avx2_axpy_f16(float *restrict y, float alpha, const uint16_t *restrict x, int n)
+{
+    __m256 a = _mm256_set1_ps(alpha);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, v, _mm256_loadu_ps(y + i)));
+    }
+    for (; i < n; i++)
+        y[i] += alpha * f16(x[i]);
+}
+
+static void avx2_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
+{
+    float ss = kern_avx2_dot_f32(x, x, n);
+    __m256 r = _mm256_set1_ps(1.0f / sqrtf(ss / (float)n + eps));
+    float rs = 1.0f / sqrtf(ss / (float)n + eps);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), r),
+                                                _mm256_loadu_ps(w + i)));
+    for (; i < n; i++)
+        out[i] = x[i] * rs * w[i];
+}
+
+static void avx2_softmax(float *x, int n)
+{
+    if (n <= 0)
+        return;
+    float mx = x[0], sum = 0.0f;
+    for (int i = 1; i < n; i++)
+        mx = fmaxf(mx, x[i]);
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    __m256 inv = _mm256_set1_ps(1.0f / sum);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    for (; i < n; i++)
+        x[i] *= 1.0f / sum;
+}
+
+static void avx2_swiglu(float *out, const float *gate, const float *up, int n)
+{
+    for (int i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void kern_avx2_add(float *restrict y, const float *restrict x, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
+    for (; i < n; i++)
+        y[i] += x[i];
+}
+
+static const struct kern_ops avx2_ops = {
+    .name = "avx2",
+    .matmul = kern_avx2_matmul,
+    .dot_f32 = kern_avx2_dot_f32,
+    .dot_f16 = kern_avx2_dot_f16,
+    .axpy_f32 = kern_avx2_axpy_f32,
+    .axpy_f16 = kern_avx2_axpy_f16,
+    .rmsnorm = avx2_rmsnorm,
+    .softmax = avx2_softmax,
+    .swiglu = avx2_swiglu,
+    .add = kern_avx2_add,
+};
 
 const struct kern_ops *kern_ops_avx2_table(void)
 {
-    return NULL;
+    return &avx2_ops;
 }

@@ -1,0 +1,450 @@
+/* kernels: the scalar matmul against a float reference, every SIMD set against the scalar
+ * set on random inputs (odd row and sequence counts, tiny sizes), batch-size independence
+ * bit for bit, the float kernels, rope, get_rows and the run-time choice of set.
+ * Tolerance for SIMD vs scalar: |y - y_ref| <= 1e-4 * sum |w_i * x_i| + 1e-6 (only the
+ * float summation order differs; the integer parts are exact). */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../worker/kernels.h"
+#include "../worker/quant.h"
+
+static const enum ggml_type wtypes[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16,
+                                        GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
+                                        GGML_TYPE_Q6_K};
+#define N_WTYPES (sizeof wtypes / sizeof wtypes[0])
+
+static float frand(unsigned *s)
+{
+    *s = *s * 1103515245u + 12345u;
+    return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+/* A random problem: W (rows, cols) of type t, n_seq activations, their float versions. */
+struct problem {
+    enum ggml_type t;
+    int rows, cols, n_seq;
+    struct kern_mat W;
+    struct kern_act X;
+    void *w, *x;
+    float *wf, *xf; /* dequantized W, dequantized activations */
+};
+
+static void problem_init(struct problem *p, enum ggml_type t, int rows, int cols, int n_seq,
+                         unsigned seed)
+{
+    float *tmp = malloc(sizeof(float) * (size_t)cols);
+    size_t rb = quant_row_bytes(t, cols), xb = kern_act_bytes(t, cols);
+    assert_non_null(tmp);
+    assert_true(rb > 0 && xb > 0);
+    p->t = t;
+    p->rows = rows;
+    p->cols = cols;
+    p->n_seq = n_seq;
+    p->w = malloc(rb * (size_t)rows);
+    p->x = malloc(xb * (size_t)n_seq);
+    p->wf = malloc(sizeof(float) * (size_t)rows * (size_t)cols);
+    p->xf = malloc(sizeof(float) * (size_t)n_seq * (size_t)cols);
+    assert_true(p->w && p->x && p->wf && p->xf);
+    for (int r = 0; r < rows; r++) {
+        for (int c = 0; c < cols; c++)
+            tmp[c] = frand(&seed) * 0.05f;
+        assert_int_equal(quant_quantize_row(t, tmp, (char *)p->w + rb * (size_t)r, cols), 0);
+        kern_get_row(t, p->w, rb, r, cols, p->wf + (size_t)r * (size_t)cols);
+    }
+    for (int s = 0; s < n_seq; s++) {
+        char *xs = (char *)p->x + xb * (size_t)s;
+        for (int c = 0; c < cols; c++)
+            tmp[c] = frand(&seed) * 3.0f;
+        assert_int_equal(kern_quantize_act(t, tmp, cols, xs), 0);
+        assert_int_equal(quant_dequantize_row(kern_act_type(t), xs,
+                                              p->xf + (size_t)s * (size_t)cols, cols),
+                         0);
+    }
+    p->W = (struct kern_mat){t, p->w, rows, cols, rb};
+    p->X = (struct kern_act){kern_act_type(t), p->x, cols, xb};
+    free(tmp);
+}
+
+static void problem_free(struct problem *p)
+{
+    free(p->w);
+    free(p->x);
+    free(p->wf);
+    free(p->xf);
+}
+
+static double abs_dot(const struct problem *p, int r, int s)
+{
+    double a = 0.0;
+    for (int c = 0; c < p->cols; c++)
+        a += fabs((double)p->wf[(size_t)r * p->cols + c] * p->xf[(size_t)s * p->cols + c]);
+    return a;
+}
+
+static double ref_dot(const struct problem *p, int r, int s)
+{
+    double a = 0.0;
+    for (int c = 0; c < p->cols; c++)
+        a += (double)p->wf[(size_t)r * p->cols + c] * p->xf[(size_t)s * p->cols + c];
+    return a;
+}
+
+static float *run(const struct kern_ops *k, const struct problem *p, int n_seq, int x_off,
+                  int rb, int re)
+{
+    float *y = calloc((size_t)n_seq * (size_t)p->rows, sizeof(float));
+    struct kern_act X = p->X;
+    assert_non_null(y);
+    X.data = (const char *)p->x + (size_t)x_off * X.stride;
+    k->matmul(&p->W, &X, n_seq, y, p->rows, rb, re);
+    return y;
+}
+
+static void cols_for(enum ggml_type t, int *cols, int *n)
+{
+    int be = quant_block_elems(t);
+    if (be == 1) {
+        static const int c[] = {1, 7, 16, 33, 100};
+        memcpy(cols, c, sizeof c);
+        *n = 5;
+    } else if (be == 32) {
+        static const int c[] = {32, 96, 544};
+        memcpy(cols, c, sizeof c);
+        *n = 3;
+    } else {
+        static const int c[] = {256, 768};
+        memcpy(cols, c, sizeof c);
+        *n = 2;
+    }
+}
+
+static void test_kernels_scalar_matmul_matches_float_reference(void **state)
+{
+    (void)state;
+    const struct kern_ops *k = kern_ops_get(KERN_SET_SCALAR);
+    for (size_t ti = 0; ti < N_WTYPES; ti++) {
+        int cols[5], nc;
+        cols_for(wtypes[ti], cols, &nc);
+        for (int ci = 0; ci < nc; ci++) {
+            struct problem p;
+            problem_init(&p, wtypes[ti], 5, cols[ci], 3, 7u + (unsigned)ti);
+            float *y = run(k, &p, 3, 0, 0, 5);
+            for (int s = 0; s < 3; s++)
+                for (int r = 0; r < 5; r++) {
+                    double want = ref_dot(&p, r, s), tol = 1e-4 * abs_dot(&p, r, s) + 1e-6;
+                    if (!(fabs(y[s * 5 + r] - want) <= tol))
+                        fail_msg("%s cols %d r %d s %d: %g want %g", quant_type_name(p.t),
+                                 p.cols, r, s, y[s * 5 + r], want);
+                }
+            free(y);
+            problem_free(&p);
+        }
+    }
+}
+
+static void check_set_vs_scalar(enum kern_set set)
+{
+    const struct kern_ops *k = kern_ops_get(set), *ref = kern_ops_get(KERN_SET_SCALAR);
+    static const int seqs[] = {1, 3, 7, 8, 13};
+    static const int rowss[] = {1, 5, 13};
+    if (!k)
+        skip();
+    for (size_t ti = 0; ti < N_WTYPES; ti++) {
+        int cols[5], nc;
+        cols_for(wtypes[ti], cols, &nc);
+        for (int ci = 0; ci < nc; ci++)
+            for (size_t ri = 0; ri < 3; ri++) {
+                int rows = rowss[ri];
+                struct problem p;
+                problem_init(&p, wtypes[ti], rows, cols[ci], 13, 99u + (unsigned)(ti * 31 + ri));
+                for (size_t si = 0; si < 5; si++) {
+                    int ns = seqs[si];
+                    float *y = run(k, &p, ns, 0, 0, rows), *yr = run(ref, &p, ns, 0, 0, rows);
+                    for (int s = 0; s < ns; s++)
+                        for (int r = 0; r < rows; r++) {
+                            float a = y[s * rows + r], b = yr[s * rows + r];
+                            double tol = 1e-4 * abs_dot(&p, r, s) + 1e-6;
+                            if (!(fabs(a - b) <= tol))
+                                fail_msg("%s %s cols %d rows %d n_seq %d r %d s %d: %g vs %g",
+                                         k->name, quant_type_name(p.t), p.cols, rows, ns, r, s,
+                                         a, b);
+                        }
+                    free(y);
+                    free(yr);
+                }
+                problem_free(&p);
+            }
+    }
+}
+
+static void test_kernels_avx2_matmul_matches_scalar(void **state)
+{
+    (void)state;
+    check_set_vs_scalar(KERN_SET_AVX2);
+}
+
+static void test_kernels_avx512_matmul_matches_scalar(void **state)
+{
+    (void)state;
+    check_set_vs_scalar(KERN_SET_AVX512);
+}
+
+/* One sequence alone, in a batch of 8 or 13, or with the rows split across two calls: the
+ * same float bits. */
+static void check_batch_independent(enum kern_set set)
+{
+    const struct kern_ops *k = kern_ops_get(set);
+    if (!k)
+        skip();
+    for (size_t ti = 0; ti < N_WTYPES; ti++) {
+        int cols[5], nc;
+        cols_for(wtypes[ti], cols, &nc);
+        int c = cols[nc - 1], rows = 11;
+        struct problem p;
+        problem_init(&p, wtypes[ti], rows, c, 13, 5u + (unsigned)ti);
+        float *y8 = run(k, &p, 8, 0, 0, rows), *y13 = run(k, &p, 13, 0, 0, rows);
+        float *split = run(k, &p, 13, 0, 0, 4);
+        struct kern_act X = p.X;
+        k->matmul(&p.W, &X, 13, split, rows, 4, rows);
+        assert_memory_equal(split, y13, sizeof(float) * 13 * (size_t)rows);
+        for (int s = 0; s < 13; s++) {
+            float *y1 = run(k, &p, 1, s, 0, rows);
+            if (s < 8)
+                assert_memory_equal(y1, y8 + s * rows, sizeof(float) * (size_t)rows);
+            assert_memory_equal(y1, y13 + s * rows, sizeof(float) * (size_t)rows);
+            free(y1);
+        }
+        free(y8);
+        free(y13);
+        free(split);
+        problem_free(&p);
+    }
+}
+
+static void test_kernels_scalar_batching_changes_nothing(void **state)
+{
+    (void)state;
+    check_batch_independent(KERN_SET_SCALAR);
+}
+
+static void test_kernels_avx2_batching_changes_nothing(void **state)
+{
+    (void)state;
+    check_batch_independent(KERN_SET_AVX2);
+}
+
+static void test_kernels_avx512_batching_changes_nothing(void **state)
+{
+    (void)state;
+    check_batch_independent(KERN_SET_AVX512);
+}
+
+static void near(float a, float b, double tol, const char *what, int n)
+{
+    if (!(fabs((double)a - b) <= tol))
+        fail_msg("%s n=%d: %.9g vs %.9g", what, n, a, b);
+}
+
+static void check_float_kernels(enum kern_set set)
+{
+    const struct kern_ops *k = kern_ops_get(set), *ref = kern_ops_get(KERN_SET_SCALAR);
+    static const int sizes[] = {1, 3, 8, 17, 64, 100, 259};
+    enum { MAXN = 259 };
+    if (!k)
+        skip();
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        int n = sizes[si];
+        unsigned seed = 1234u + (unsigned)n;
+        float a[MAXN], b[MAXN], w[MAXN], y1[MAXN], y2[MAXN], sabs = 0.0f;
+        uint16_t h[MAXN];
+        for (int i = 0; i < n; i++) {
+            a[i] = frand(&seed) * 4.0f;
+            b[i] = frand(&seed) * 4.0f;
+            w[i] = frand(&seed) + 1.0f;
+            sabs += fabsf(a[i] * b[i]);
+        }
+        kern_f32_to_f16(h, a, n);
+        near(k->dot_f32(a, b, n), ref->dot_f32(a, b, n), 1e-5 * sabs + 1e-6, "dot_f32", n);
+        near(k->dot_f16(h, b, n), ref->dot_f16(h, b, n), 1e-5 * sabs + 1e-6, "dot_f16", n);
+        memcpy(y1, b, sizeof(float) * (size_t)n);
+        memcpy(y2, b, sizeof(float) * (size_t)n);
+        k->axpy_f32(y1, 0.7f, a, n);
+        ref->axpy_f32(y2, 0.7f, a, n);
+        for (int i = 0; i < n; i++)
+            near(y1[i], y2[i], 1e-5 * (fabsf(b[i]) + fabsf(a[i])), "axpy_f32", n);
+        k->axpy_f16(y1, -0.3f, h, n);
+        ref->axpy_f16(y2, -0.3f, h, n);
+        for (int i = 0; i < n; i++)
+            near(y1[i], y2[i], 1e-5 * (fabsf(b[i]) + fabsf(a[i])), "axpy_f16", n);
+        k->rmsnorm(y1, a, w, n, 1e-5f);
+        ref->rmsnorm(y2, a, w, n, 1e-5f);
+        for (int i = 0; i < n; i++)
+            near(y1[i], y2[i], 1e-5 * fabsf(y2[i]) + 1e-6, "rmsnorm", n);
+        memcpy(y1, a, sizeof(float) * (size_t)n);
+        memcpy(y2, a, sizeof(float) * (size_t)n);
+        k->softmax(y1, n);
+        ref->softmax(y2, n);
+        float sum = 0.0f;
+        for (int i = 0; i < n; i++) {
+            near(y1[i], y2[i], 1e-5 * y2[i] + 1e-7, "softmax", n);
+            sum += y1[i];
+        }
+        near(sum, 1.0f, 1e-5, "softmax sum", n);
+        k->swiglu(y1, a, b, n);
+        ref->swiglu(y2, a, b, n);
+        for (int i = 0; i < n; i++)
+            near(y1[i], y2[i], 1e-5 * fabsf(y2[i]) + 1e-6, "swiglu", n);
+        memcpy(y1, a, sizeof(float) * (size_t)n);
+        memcpy(y2, a, sizeof(float) * (size_t)n);
+        k->add(y1, b, n);
+        ref->add(y2, b, n);
+        assert_memory_equal(y1, y2, sizeof(float) * (size_t)n); /* one rounding either way */
+    }
+}
+
+static void test_kernels_avx2_float_kernels_match_scalar(void **state)
+{
+    (void)state;
+    check_float_kernels(KERN_SET_AVX2);
+}
+
+static void test_kernels_avx512_float_kernels_match_scalar(void **state)
+{
+    (void)state;
+    check_float_kernels(KERN_SET_AVX512);
+}
+
+static void test_kernels_scalar_float_kernels_known_values(void **state)
+{
+    (void)state;
+    const struct kern_ops *k = kern_ops_get(KERN_SET_SCALAR);
+    float x[4] = {1, 2, 3, 4}, w[4] = {1, 1, 2, 2}, y[4];
+    k->rmsnorm(y, x, w, 4, 0.0f); /* rms = sqrt(30/4) */
+    near(y[2], 3.0f * 2.0f / sqrtf(7.5f), 1e-6, "rmsnorm", 4);
+    float s[3] = {0.0f, logf(2.0f), logf(5.0f)};
+    k->softmax(s, 3);
+    near(s[0], 0.125f, 1e-6, "softmax", 3);
+    near(s[2], 0.625f, 1e-6, "softmax", 3);
+    float g[1] = {2.0f}, u[1] = {3.0f};
+    k->swiglu(y, g, u, 1);
+    near(y[0], 2.0f / (1.0f + expf(-2.0f)) * 3.0f, 1e-6, "swiglu", 1);
+}
+
+static void test_kernels_rope_rotates_pairs_by_position(void **state)
+{
+    (void)state;
+    float cs[8], x[8], v[8];
+    for (int i = 0; i < 8; i++)
+        x[i] = (float)(i + 1);
+    /* position 0 is the identity */
+    kern_rope_table(cs, 8, 0, 10000.0f, 1.0f);
+    memcpy(v, x, sizeof x);
+    kern_rope_apply(v, 1, 8, 8, cs, 0);
+    assert_memory_equal(v, x, sizeof x);
+    /* position 3, pair 0 (frequency 1): normal layout rotates (x0, x1), NeoX (x0, x4) */
+    kern_rope_table(cs, 8, 3, 10000.0f, 1.0f);
+    memcpy(v, x, sizeof x);
+    kern_rope_apply(v, 1, 8, 8, cs, 0);
+    near(v[0], 1.0f * cosf(3) - 2.0f * sinf(3), 1e-5, "rope norm", 0);
+    near(v[1], 1.0f * sinf(3) + 2.0f * cosf(3), 1e-5, "rope norm", 1);
+    memcpy(v, x, sizeof x);
+    kern_rope_apply(v, 1, 8, 8, cs, 1);
+    near(v[0], 1.0f * cosf(3) - 5.0f * sinf(3), 1e-5, "rope neox", 0);
+    near(v[4], 1.0f * sinf(3) + 5.0f * cosf(3), 1e-5, "rope neox", 4);
+    /* pair 1 turns at base^(-2/8) per position */
+    float t = 3.0f * powf(10000.0f, -0.25f);
+    near(cs[2], cosf(t), 1e-5, "rope table", 2);
+    /* dims past n_rot are left alone */
+    memcpy(v, x, sizeof x);
+    kern_rope_apply(v, 2, 4, 2, cs, 0);
+    assert_true(v[2] == x[2] && v[3] == x[3] && v[6] == x[6]);
+}
+
+static void test_kernels_get_row_decodes_every_type(void **state)
+{
+    (void)state;
+    for (size_t ti = 0; ti < N_WTYPES; ti++) {
+        enum ggml_type t = wtypes[ti];
+        int cols = 256;
+        float x[256], y[256], want[256];
+        unsigned seed = 3;
+        size_t rb = quant_row_bytes(t, cols);
+        unsigned char *tab = malloc(rb * 3);
+        assert_non_null(tab);
+        for (int r = 0; r < 3; r++) {
+            for (int c = 0; c < cols; c++)
+                x[c] = frand(&seed);
+            assert_int_equal(quant_quantize_row(t, x, tab + rb * (size_t)r, cols), 0);
+        }
+        assert_int_equal(quant_dequantize_row(t, tab + rb * 2, want, cols), 0);
+        kern_get_row(t, tab, rb, 2, cols, y);
+        assert_memory_equal(y, want, sizeof y);
+        free(tab);
+    }
+}
+
+static void test_kernels_select_honours_env(void **state)
+{
+    (void)state;
+    const struct kern_ops *k;
+    setenv("KILN_KERNELS", "scalar", 1);
+    k = kern_ops_select();
+    assert_non_null(k);
+    assert_string_equal(k->name, "scalar");
+    setenv("KILN_KERNELS", "bogus", 1);
+    assert_null(kern_ops_select());
+    setenv("KILN_KERNELS", "avx2", 1);
+    k = kern_ops_select();
+    assert_ptr_equal(k, kern_ops_get(KERN_SET_AVX2)); /* NULL where the CPU lacks it */
+    unsetenv("KILN_KERNELS");
+    k = kern_ops_select();
+    assert_non_null(k);
+    if (kern_ops_get(KERN_SET_AVX512))
+        assert_string_equal(k->name, "avx512");
+}
+
+static void test_kernels_act_sizes_follow_weight_type(void **state)
+{
+    (void)state;
+    assert_int_equal(kern_act_type(GGML_TYPE_Q4_0), GGML_TYPE_Q8_0);
+    assert_int_equal(kern_act_type(GGML_TYPE_Q6_K), GGML_TYPE_Q8_K);
+    assert_int_equal(kern_act_type(GGML_TYPE_BF16), GGML_TYPE_F32);
+    assert_int_equal(kern_act_bytes(GGML_TYPE_Q8_0, 64), 68);
+    assert_int_equal(kern_act_bytes(GGML_TYPE_Q4_K, 512), 584);
+    assert_int_equal(kern_act_bytes(GGML_TYPE_F16, 5), 20);
+    float x[32] = {0};
+    unsigned char out[64];
+    assert_int_equal(kern_quantize_act(GGML_TYPE_Q4_K, x, 32, out), -EINVAL);
+    assert_int_equal(kern_quantize_act(GGML_TYPE_Q5_0, x, 32, out), -EINVAL);
+    assert_int_equal(kern_seq_chunk(1 << 30) % 4, 0);
+    assert_true(kern_seq_chunk(6000) >= 16); /* a decode batch shares one pass */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kernels_scalar_matmul_matches_float_reference),
+        cmocka_unit_test(test_kernels_avx2_matmul_matches_scalar),
+        cmocka_unit_test(test_kernels_avx512_matmul_matches_scalar),
+        cmocka_unit_test(test_kernels_scalar_batching_changes_nothing),
+        cmocka_unit_test(test_kernels_avx2_batching_changes_nothing),
+        cmocka_unit_test(test_kernels_avx512_batching_changes_nothing),
+        cmocka_unit_test(test_kernels_avx2_float_kernels_match_scalar),
+        cmocka_unit_test(test_kernels_avx512_float_kernels_match_scalar),
+        cmocka_unit_test(test_kernels_scalar_float_kernels_known_values),
+        cmocka_unit_test(test_kernels_rope_rotates_pairs_by_position),
+        cmocka_unit_test(test_kernels_get_row_decodes_every_type),
+        cmocka_unit_test(test_kernels_select_honours_env),
+        cmocka_unit_test(test_kernels_act_sizes_follow_weight_type),
+    };
+    return cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
+}
