@@ -8,6 +8,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "quant.h"
 
@@ -26,15 +27,26 @@ static AI float f16(uint16_t h)
     return _cvtsh_ss(h);
 }
 
-/* Sub-block scales and mins of a Q4_K block (quant.h's packing). */
-static AI void q4_k_scales(const uint8_t s[12], uint8_t sc[8], uint8_t m[8])
+/* Sub-block scales and mins of a Q4_K block (quant.h's packing), as 8 int16 each, decoded
+ * 4 bytes at a time. */
+static AI void q4_k_scales(const uint8_t s[12], __m128i *sc16, __m128i *m16)
 {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = s[j] & 63;
-        m[j] = s[j + 4] & 63;
-        sc[j + 4] = (uint8_t)((s[j + 8] & 15) | (s[j] >> 6) << 4);
-        m[j + 4] = (uint8_t)((s[j + 8] >> 4) | (s[j + 4] >> 6) << 4);
-    }
+    uint32_t u[3];
+    memcpy(u, s, sizeof u);
+    uint32_t s_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
+    uint32_t s_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 6) & 0x03030303u) << 4;
+    uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 6) & 0x03030303u) << 4;
+    *sc16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)s_hi, (int)s_lo));
+    *m16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo));
+}
+
+/* Broadcast int16 lane lo of a 128-bit vector (copied to both halves of v) to the low half
+ * of the result and lane hi to the high half: one byte shuffle. */
+static AI __m256i bcast16(__m256i v, int lo, int hi)
+{
+    __m256i ctl = _mm256_set_m128i(_mm_set1_epi16((short)((2 * hi + 1) << 8 | 2 * hi)),
+                                   _mm_set1_epi16((short)((2 * lo + 1) << 8 | 2 * lo)));
+    return _mm256_shuffle_epi8(v, ctl);
 }
 
 /* ---- one weight row against S activation vectors (x, x + xs, ...); y[k * ys] ---- */
@@ -106,8 +118,9 @@ static AI void tile_q4_k(const struct quant_block_q4_k *w, const char *x, size_t
     for (int k = 0; k < S; k++)
         acc[k] = _mm256_setzero_ps();
     for (int i = 0; i < nb; i++) {
-        uint8_t sc[8], m[8];
-        q4_k_scales(w[i].scales, sc, m);
+        __m128i sc16, m16;
+        q4_k_scales(w[i].scales, &sc16, &m16);
+        __m256i sc2 = _mm256_broadcastsi128_si256(sc16);
         __m256i q[8], scv[8];
         for (int c = 0; c < 4; c++) {
             __m256i raw = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * c));
@@ -115,10 +128,9 @@ static AI void tile_q4_k(const struct quant_block_q4_k *w, const char *x, size_t
             q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
         }
         for (int j = 0; j < 8; j++)
-            scv[j] = _mm256_set1_epi16(sc[j]);
+            scv[j] = bcast16(sc2, j, j);
         /* bsums k covers 16 elements; sub-block j is bsums 2j and 2j+1 */
-        __m256i mv = _mm256_setr_epi16(m[0], m[0], m[1], m[1], m[2], m[2], m[3], m[3], m[4],
-                                       m[4], m[5], m[5], m[6], m[6], m[7], m[7]);
+        __m256i mv = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
         float d = f16(w[i].d), dmin = f16(w[i].dmin);
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
@@ -161,10 +173,13 @@ static AI void tile_q6_k(const struct quant_block_q6_k *w, const char *x, size_t
                                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2));
         }
         /* vector v holds sub-blocks 2v (int16 lanes 0-7) and 2v+1 (lanes 8-15) */
-        for (int v = 0; v < 8; v++)
-            scv[v] = _mm256_set_m128i(_mm_set1_epi16(w[i].scales[2 * v + 1]),
-                                      _mm_set1_epi16(w[i].scales[2 * v]));
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
+        __m256i lo = _mm256_permute2x128_si256(sc16, sc16, 0x00);
+        __m256i hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
+        for (int v = 0; v < 4; v++) {
+            scv[v] = bcast16(lo, 2 * v, 2 * v + 1);
+            scv[v + 4] = bcast16(hi, 2 * v, 2 * v + 1);
+        }
         float d = f16(w[i].d);
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;

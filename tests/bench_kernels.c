@@ -1,0 +1,171 @@
+/* Single-threaded matmul throughput per kernel set, and the machine's memory read bandwidth
+ * for comparison. Weights rotate through enough copies (>= 256 MiB) that they stream from
+ * DRAM, as in decode, rather than sit in the last-level cache.
+ * KILN_KERNELS=scalar|avx2|avx512 limits the run to one set; KILN_BENCH_SEC sets the time
+ * per measurement (default 0.25 s). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../worker/kernels.h"
+#include "../worker/quant.h"
+
+static double now_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static float frand(unsigned *s)
+{
+    *s = *s * 1103515245u + 12345u;
+    return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+/* A plain read loop over 1 GiB, best of 3 passes. */
+static void bench_memory(void)
+{
+    size_t bytes = (size_t)1 << 30, n = bytes / sizeof(uint64_t);
+    uint64_t *buf = malloc(bytes);
+    double best = 0.0;
+    uint64_t sink = 0;
+    if (!buf) {
+        printf("memory read: cannot allocate 1 GiB, skipped\n");
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        buf[i] = i;
+    for (int pass = 0; pass < 3; pass++) {
+        uint64_t a = 0, b = 0, c = 0, d = 0;
+        double t0 = now_sec();
+        for (size_t i = 0; i < n; i += 4) {
+            a += buf[i];
+            b += buf[i + 1];
+            c += buf[i + 2];
+            d += buf[i + 3];
+        }
+        double dt = now_sec() - t0;
+        sink += a + b + c + d;
+        if ((double)bytes / dt > best)
+            best = (double)bytes / dt;
+    }
+    printf("memory read (1 GiB, 1 thread, best of 3): %.2f GB/s  [sink %llu]\n", best / 1e9,
+           (unsigned long long)(sink & 1));
+    free(buf);
+}
+
+struct mats {
+    enum ggml_type t;
+    int rows, cols, copies;
+    size_t bytes; /* one copy */
+    unsigned char *w;
+    unsigned char *x;
+    size_t xstride;
+    float *y;
+};
+
+static int mats_init(struct mats *m, enum ggml_type t, int rows, int cols, int max_seq)
+{
+    size_t rb = quant_row_bytes(t, cols);
+    float *tmp = malloc(sizeof(float) * (size_t)cols);
+    unsigned seed = 1;
+    m->t = t;
+    m->rows = rows;
+    m->cols = cols;
+    m->bytes = rb * (size_t)rows;
+    m->copies = (int)(((size_t)256 << 20) / m->bytes) + 1;
+    m->w = malloc(m->bytes * (size_t)m->copies);
+    m->xstride = kern_act_bytes(t, cols);
+    m->x = malloc(m->xstride * (size_t)max_seq);
+    m->y = malloc(sizeof(float) * (size_t)rows * (size_t)max_seq);
+    if (!tmp || !m->w || !m->x || !m->y) {
+        free(tmp);
+        return -1;
+    }
+    for (int r = 0; r < rows; r++) {
+        for (int c = 0; c < cols; c++)
+            tmp[c] = frand(&seed) * 0.05f;
+        quant_quantize_row(t, tmp, m->w + rb * (size_t)r, cols);
+    }
+    for (int c = 1; c < m->copies; c++)
+        memcpy(m->w + m->bytes * (size_t)c, m->w, m->bytes);
+    for (int s = 0; s < max_seq; s++) {
+        for (int c = 0; c < cols; c++)
+            tmp[c] = frand(&seed);
+        kern_quantize_act(t, tmp, cols, m->x + m->xstride * (size_t)s);
+    }
+    free(tmp);
+    return 0;
+}
+
+static void mats_free(struct mats *m)
+{
+    free(m->w);
+    free(m->x);
+    free(m->y);
+}
+
+static void bench_one(const struct kern_ops *k, const struct mats *m, int n_seq, double budget)
+{
+    struct kern_act X = {kern_act_type(m->t), m->x, m->cols, m->xstride};
+    struct kern_mat W = {m->t, m->w, m->rows, m->cols, m->bytes / (size_t)m->rows};
+    long calls = 0;
+    double t0 = now_sec(), dt;
+    do {
+        W.data = m->w + m->bytes * (size_t)(calls % m->copies);
+        k->matmul(&W, &X, n_seq, m->y, m->rows, 0, m->rows);
+        calls++;
+        dt = now_sec() - t0;
+    } while (dt < budget);
+    double gbs = (double)m->bytes * (double)calls / dt / 1e9;
+    double gflops = 2.0 * m->rows * (double)m->cols * n_seq * (double)calls / dt / 1e9;
+    printf("%-6s %-4s %5dx%-5d n_seq %2d: %7.2f GB/s weights  %7.2f GFLOP/s  %8.3f ms/call\n",
+           k->name, quant_type_name(m->t), m->rows, m->cols, n_seq, gbs, gflops,
+           dt / (double)calls * 1e3);
+    fflush(stdout);
+}
+
+int main(void)
+{
+    static const enum ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_K};
+    static const int shapes[][2] = {{2048, 5632}, {5632, 2048}};
+    static const int seqs[] = {1, 4, 8, 16};
+    const char *env = getenv("KILN_KERNELS"), *bs = getenv("KILN_BENCH_SEC");
+    double budget = bs ? atof(bs) : 0.25;
+    const struct kern_ops *sets[3];
+    int n_sets = 0;
+
+    if (env && *env) {
+        if (!(sets[0] = kern_ops_select())) {
+            fprintf(stderr, "KILN_KERNELS=%s: unknown or unsupported on this CPU\n", env);
+            return 1;
+        }
+        n_sets = 1;
+    } else {
+        for (int s = KERN_SET_SCALAR; s <= KERN_SET_AVX512; s++)
+            if ((sets[n_sets] = kern_ops_get((enum kern_set)s)))
+                n_sets++;
+            else
+                printf("kernel set %d: not supported on this CPU, skipped\n", s);
+    }
+    bench_memory();
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t si = 0; si < 2; si++) {
+            struct mats m;
+            if (mats_init(&m, types[ti], shapes[si][0], shapes[si][1], 16) < 0) {
+                fprintf(stderr, "out of memory\n");
+                return 1;
+            }
+            printf("-- %s %dx%d: %.2f MiB per copy, %d copies rotated\n",
+                   quant_type_name(m.t), m.rows, m.cols, (double)m.bytes / (1 << 20),
+                   m.copies);
+            for (int k = 0; k < n_sets; k++)
+                for (size_t q = 0; q < sizeof seqs / sizeof seqs[0]; q++)
+                    bench_one(sets[k], &m, seqs[q], budget);
+            mats_free(&m);
+        }
+    return 0;
+}
