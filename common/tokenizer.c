@@ -1,5 +1,6 @@
-/* Text <-> token ids: the mock model's byte tokenizer. The GGUF tokenizers (SentencePiece
- * "llama", byte-level BPE "gpt2") land next; until then tokenizer_create_gguf() refuses. */
+/* Text <-> token ids: the mock model's byte tokenizer, and loading a GGUF's tokenizer.ggml.*
+ * keys into a vocabulary with hash maps; the special-token splitter and the piece table. The
+ * merge algorithms live in tokenizer_spm.c and tokenizer_bpe.c. */
 #include "tokenizer.h"
 
 #include <errno.h>
@@ -7,15 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum tokenizer_kind {
-    TOKENIZER_KIND_BYTES,
-};
+#include "gguf.h"
+#include "tokenizer_impl.h"
 
-struct tokenizer {
-    enum tokenizer_kind kind;
-    uint32_t n_vocab;
-    uint32_t *eog;
-    size_t n_eog;
+/* Texts that end generation when a model declares them as control tokens. */
+static const char *const eog_texts[] = {
+    "<|eot_id|>", "<|end_of_text|>", "<|im_end|>",   "<|endoftext|>",
+    "</s>",       "<end_of_turn>",   "<|end|>",      "<|eom_id|>",
 };
 
 struct tokenizer *tokenizer_create_bytes(void)
@@ -25,6 +24,9 @@ struct tokenizer *tokenizer_create_bytes(void)
         return NULL;
     t->kind = TOKENIZER_KIND_BYTES;
     t->n_vocab = TOKENIZER_BYTES_EOS + 1;
+    t->bos = -1;
+    t->eos = TOKENIZER_BYTES_EOS;
+    t->unk = -1;
     t->eog = malloc(sizeof(*t->eog));
     if (!t->eog) {
         free(t);
@@ -35,19 +37,267 @@ struct tokenizer *tokenizer_create_bytes(void)
     return t;
 }
 
-struct tokenizer *tokenizer_create_gguf(const struct gguf *g, char *err, size_t errlen)
-{
-    (void)g;
-    snprintf(err, errlen, "GGUF tokenizers are not implemented yet");
-    return NULL;
-}
-
 void tokenizer_destroy(struct tokenizer *t)
 {
     if (!t)
         return;
+    free(t->text_pool);
+    free(t->text_off);
+    free(t->scores);
+    free(t->types);
+    tok_text_map_free(&t->by_text);
+    tok_pair_map_free(&t->merges);
+    tok_pre_destroy(t->pre);
+    free(t->specials);
     free(t->eog);
     free(t);
+}
+
+/* ---- loading ---- */
+
+/* Element i of an integer or float array as a double; false for other element types. */
+static bool arr_num(const struct gguf_kv *kv, uint64_t i, double *v)
+{
+    const unsigned char *p = kv->arr_data;
+    union {
+        int8_t i8;
+        uint8_t u8;
+        int16_t i16;
+        uint16_t u16;
+        int32_t i32;
+        uint32_t u32;
+        float f32;
+    } u;
+    switch (kv->arr_type) {
+    case GGUF_TYPE_INT8:
+    case GGUF_TYPE_UINT8:
+    case GGUF_TYPE_BOOL:
+        memcpy(&u, p + i, 1);
+        *v = kv->arr_type == GGUF_TYPE_INT8 ? u.i8 : u.u8;
+        return true;
+    case GGUF_TYPE_INT16:
+    case GGUF_TYPE_UINT16:
+        memcpy(&u, p + 2 * i, 2);
+        *v = kv->arr_type == GGUF_TYPE_INT16 ? u.i16 : u.u16;
+        return true;
+    case GGUF_TYPE_INT32:
+        memcpy(&u, p + 4 * i, 4);
+        *v = u.i32;
+        return true;
+    case GGUF_TYPE_UINT32:
+        memcpy(&u, p + 4 * i, 4);
+        *v = u.u32;
+        return true;
+    case GGUF_TYPE_FLOAT32:
+        memcpy(&u, p + 4 * i, 4);
+        *v = u.f32;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* An optional numeric array of n_vocab elements: absent is fine, anything else is an error. */
+static const struct gguf_kv *find_vocab_arr(const struct gguf *g, const char *key, uint32_t n,
+                                            char *err, size_t errlen)
+{
+    const struct gguf_kv *kv = gguf_find(g, key);
+    double v;
+    if (!kv)
+        return NULL;
+    if (kv->type != GGUF_TYPE_ARRAY || kv->arr_n != n || !kv->arr_data || !arr_num(kv, 0, &v)) {
+        snprintf(err, errlen, "%s: expected a numeric array of %u elements", key, n);
+        return (const struct gguf_kv *)-1;
+    }
+    return kv;
+}
+
+/* An optional token id: absent or out of range gives dflt (files carry stale pad ids). */
+static long get_id(const struct gguf *g, const char *key, long dflt, uint32_t n_vocab)
+{
+    uint32_t v;
+    if (gguf_get_u32(g, key, &v) < 0)
+        return dflt;
+    return v < n_vocab ? (long)v : -1;
+}
+
+static bool get_bool(const struct gguf *g, const char *key, bool dflt)
+{
+    bool v;
+    return gguf_get_bool(g, key, &v) == 0 ? v : dflt;
+}
+
+static int load_vocab(struct tokenizer *t, const struct gguf *g, char *err, size_t errlen)
+{
+    const struct gguf_kv *tokens = gguf_find(g, "tokenizer.ggml.tokens");
+    if (!tokens || tokens->type != GGUF_TYPE_ARRAY || tokens->arr_type != GGUF_TYPE_STRING ||
+        tokens->arr_n == 0 || tokens->arr_n >= INT32_MAX) {
+        snprintf(err, errlen, "tokenizer.ggml.tokens: missing or not a non-empty string array");
+        return -EINVAL;
+    }
+    uint32_t n = (uint32_t)tokens->arr_n;
+    t->n_vocab = n;
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n; i++)
+        total += gguf_arr_str(tokens, i).len;
+    t->text_pool = malloc(total + 1);
+    t->text_off = malloc((n + (size_t)1) * sizeof(*t->text_off));
+    t->scores = calloc(n, sizeof(*t->scores));
+    t->types = malloc(n);
+    if (!t->text_pool || !t->text_off || !t->scores || !t->types)
+        return -ENOMEM;
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct gguf_str s = gguf_arr_str(tokens, i);
+        memcpy(t->text_pool + off, s.ptr, s.len);
+        t->text_off[i] = off;
+        off += s.len;
+        if (s.len > t->max_token_len)
+            t->max_token_len = (uint32_t)s.len;
+    }
+    t->text_off[n] = off;
+    t->text_pool[off] = '\0';
+
+    const struct gguf_kv *scores = find_vocab_arr(g, "tokenizer.ggml.scores", n, err, errlen);
+    const struct gguf_kv *types = find_vocab_arr(g, "tokenizer.ggml.token_type", n, err, errlen);
+    if (scores == (const void *)-1 || types == (const void *)-1)
+        return -EINVAL;
+    for (uint32_t i = 0; i < n; i++) {
+        double v = 0;
+        if (scores && arr_num(scores, i, &v))
+            t->scores[i] = (float)v;
+        v = TOK_TYPE_NORMAL;
+        if (types)
+            (void)arr_num(types, i, &v);
+        t->types[i] = v >= 0 && v <= TOK_TYPE_BYTE ? (uint8_t)v : TOK_TYPE_NORMAL;
+    }
+    return tok_text_map_build(&t->by_text, t);
+}
+
+static int cmp_special(const void *a, const void *b, void *arg)
+{
+    const struct tokenizer *t = arg;
+    const struct tok_special *x = a, *y = b;
+    unsigned char fx = (unsigned char)t->text_pool[t->text_off[x->id]];
+    unsigned char fy = (unsigned char)t->text_pool[t->text_off[y->id]];
+    if (fx != fy)
+        return fx < fy ? -1 : 1;
+    if (x->len != y->len)
+        return x->len > y->len ? -1 : 1; /* longest first */
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* The splitter's table: control and user-defined tokens, by first byte, longest first. */
+static int load_specials(struct tokenizer *t)
+{
+    size_t n = 0;
+    for (uint32_t i = 0; i < t->n_vocab; i++)
+        if ((t->types[i] == TOK_TYPE_CONTROL || t->types[i] == TOK_TYPE_USER_DEFINED) &&
+            t->text_off[i + 1] > t->text_off[i])
+            n++;
+    t->specials = malloc((n ? n : 1) * sizeof(*t->specials));
+    if (!t->specials)
+        return -ENOMEM;
+    n = 0;
+    for (uint32_t i = 0; i < t->n_vocab; i++) {
+        uint32_t len;
+        (void)tok_text(t, i, &len);
+        if ((t->types[i] == TOK_TYPE_CONTROL || t->types[i] == TOK_TYPE_USER_DEFINED) && len)
+            t->specials[n++] = (struct tok_special){.id = i, .len = len};
+    }
+    qsort_r(t->specials, n, sizeof(*t->specials), cmp_special, t);
+    size_t k = 0;
+    for (unsigned b = 0; b < 256; b++) {
+        t->special_start[b] = (uint32_t)k;
+        while (k < n && (unsigned char)t->text_pool[t->text_off[t->specials[k].id]] == b)
+            k++;
+    }
+    t->special_start[256] = (uint32_t)k;
+    return 0;
+}
+
+static void add_eog(struct tokenizer *t, long id)
+{
+    if (id < 0)
+        return;
+    for (size_t i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == (uint32_t)id)
+            return;
+    t->eog[t->n_eog++] = (uint32_t)id;
+}
+
+static int load_eog(struct tokenizer *t, const struct gguf *g)
+{
+    size_t n = 3 + sizeof(eog_texts) / sizeof(eog_texts[0]);
+    t->eog = malloc(n * sizeof(*t->eog));
+    if (!t->eog)
+        return -ENOMEM;
+    add_eog(t, t->eos);
+    add_eog(t, get_id(g, "tokenizer.ggml.eot_token_id", -1, t->n_vocab));
+    add_eog(t, get_id(g, "tokenizer.ggml.eom_token_id", -1, t->n_vocab));
+    for (size_t i = 0; i < sizeof(eog_texts) / sizeof(eog_texts[0]); i++)
+        add_eog(t, tokenizer_find_special(t, eog_texts[i]));
+    return 0;
+}
+
+struct tokenizer *tokenizer_create_gguf(const struct gguf *g, char *err, size_t errlen)
+{
+    struct gguf_str model;
+    char pre[64] = "default";
+    struct tokenizer *t = calloc(1, sizeof(*t));
+    if (!t) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    err[0] = '\0';
+    if (gguf_get_str(g, "tokenizer.ggml.model", &model) < 0) {
+        snprintf(err, errlen, "tokenizer.ggml.model: missing or not a string");
+        goto fail;
+    }
+    if (gguf_str_eq(model, "llama")) {
+        t->kind = TOKENIZER_KIND_SPM;
+    } else if (gguf_str_eq(model, "gpt2")) {
+        t->kind = TOKENIZER_KIND_BPE;
+    } else {
+        snprintf(err, errlen, "tokenizer.ggml.model '%.*s' is not supported (llama, gpt2)",
+                 (int)(model.len > 64 ? 64 : model.len), model.ptr);
+        goto fail;
+    }
+    if (load_vocab(t, g, err, errlen) < 0)
+        goto fail;
+
+    bool spm = t->kind == TOKENIZER_KIND_SPM;
+    t->bos = get_id(g, "tokenizer.ggml.bos_token_id", spm ? 1 : -1, t->n_vocab);
+    t->eos = get_id(g, "tokenizer.ggml.eos_token_id", spm ? 2 : -1, t->n_vocab);
+    t->unk = get_id(g, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1, t->n_vocab);
+    t->add_bos = get_bool(g, "tokenizer.ggml.add_bos_token", spm);
+    t->add_eos = get_bool(g, "tokenizer.ggml.add_eos_token", false);
+    t->add_space_prefix = get_bool(g, "tokenizer.ggml.add_space_prefix", spm);
+
+    if (spm) {
+        for (unsigned b = 0; b < 256; b++) {
+            char name[8];
+            snprintf(name, sizeof(name), "<0x%02X>", b);
+            t->byte_ids[b] = tok_text_map_get(&t->by_text, t, name, 6);
+        }
+        tok_spm_prepare(t);
+    } else {
+        struct gguf_str s;
+        if (gguf_get_str(g, "tokenizer.ggml.pre", &s) == 0)
+            snprintf(pre, sizeof(pre), "%.*s", (int)(s.len > 63 ? 63 : s.len), s.ptr);
+        if (!(t->pre = tok_pre_create(pre, err, errlen)))
+            goto fail;
+        if (tok_bpe_load(t, gguf_find(g, "tokenizer.ggml.merges"), err, errlen) < 0)
+            goto fail;
+    }
+    if (load_specials(t) < 0 || load_eog(t, g) < 0)
+        goto fail;
+    return t;
+fail:
+    if (!err[0])
+        snprintf(err, errlen, "out of memory loading the tokenizer");
+    tokenizer_destroy(t);
+    return NULL;
 }
 
 uint32_t tokenizer_n_vocab(const struct tokenizer *t)
@@ -55,38 +305,140 @@ uint32_t tokenizer_n_vocab(const struct tokenizer *t)
     return t->n_vocab;
 }
 
+/* ---- encoding ---- */
+
+/* Ordinary text between special tokens. prev_special: nothing or a special token came just
+ * before (SentencePiece then prefixes its space, as llama.cpp does). */
+static int encode_plain(const struct tokenizer *t, const char *text, size_t len,
+                        bool prev_special, struct tok_out *o)
+{
+    if (len == 0)
+        return 0;
+    if (t->kind == TOKENIZER_KIND_SPM)
+        return tok_spm_encode(t, text, len, t->add_space_prefix && prev_special, o);
+    return tok_bpe_encode(t, text, len, o);
+}
+
+/* The longest special token whose text starts text[0..len), or NULL. */
+static const struct tok_special *match_special(const struct tokenizer *t, const char *text,
+                                               size_t len)
+{
+    unsigned char b = (unsigned char)text[0];
+    for (uint32_t k = t->special_start[b]; k < t->special_start[b + 1]; k++) {
+        const struct tok_special *s = &t->specials[k];
+        if (s->len <= len && memcmp(t->text_pool + t->text_off[s->id], text, s->len) == 0)
+            return s;
+    }
+    return NULL;
+}
+
 long tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, unsigned flags,
                       uint32_t *out, size_t cap)
 {
-    (void)flags; /* no BOS; EOS is never added to a prompt; no special texts */
-    if (t->kind != TOKENIZER_KIND_BYTES)
-        return -EINVAL;
-    for (size_t i = 0; i < len && i < cap; i++)
-        out[i] = (unsigned char)text[i];
-    return (long)len;
+    struct tok_out o = {.ids = out, .cap = cap, .n = 0};
+    int err;
+
+    if (t->kind == TOKENIZER_KIND_BYTES) {
+        /* no BOS; EOS is never added to a prompt; no special texts */
+        for (size_t i = 0; i < len && i < cap; i++)
+            out[i] = (unsigned char)text[i];
+        return (long)len;
+    }
+    if ((flags & TOKENIZER_ADD_SPECIAL) && t->add_bos && t->bos >= 0)
+        tok_out_push(&o, (uint32_t)t->bos);
+    size_t start = 0;
+    bool prev_special = true;
+    if (flags & TOKENIZER_PARSE_SPECIAL) {
+        for (size_t i = 0; i < len;) {
+            const struct tok_special *s = match_special(t, text + i, len - i);
+            if (!s) {
+                i++;
+                continue;
+            }
+            if (i > start) {
+                if ((err = encode_plain(t, text + start, i - start, prev_special, &o)) < 0)
+                    return err;
+            }
+            tok_out_push(&o, s->id);
+            prev_special = true;
+            i += s->len;
+            start = i;
+        }
+    }
+    if ((err = encode_plain(t, text + start, len - start, prev_special, &o)) < 0)
+        return err;
+    if ((flags & TOKENIZER_ADD_SPECIAL) && t->add_eos && t->eos >= 0)
+        tok_out_push(&o, (uint32_t)t->eos);
+    return (long)o.n;
+}
+
+/* ---- decoding ---- */
+
+static int put(char *buf, size_t cap, const char *s, size_t len)
+{
+    memcpy(buf, s, len < cap ? len : cap);
+    return (int)len;
+}
+
+static int piece_bytes(uint32_t id, bool render_special, char *buf, size_t cap)
+{
+    if (id == TOKENIZER_BYTES_EOS)
+        return render_special ? put(buf, cap, "<eos>", 5) : 0;
+    char c = (char)id;
+    return put(buf, cap, &c, 1);
+}
+
+/* SentencePiece text: U+2581 is a space. */
+static int piece_spm(const char *s, uint32_t len, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (uint32_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (i + 2 < len && (unsigned char)s[i] == 0xE2 && (unsigned char)s[i + 1] == 0x96 &&
+            (unsigned char)s[i + 2] == 0x81) {
+            c = ' ';
+            i += 2;
+        }
+        if (n < cap)
+            buf[n] = c;
+        n++;
+    }
+    return (int)n;
 }
 
 int tokenizer_piece(const struct tokenizer *t, uint32_t id, bool render_special, char *buf,
                     size_t cap)
 {
+    uint32_t len;
     if (id >= t->n_vocab)
         return -EINVAL;
-    if (id == TOKENIZER_BYTES_EOS) {
-        static const char eos[] = "<eos>";
-        if (!render_special)
-            return 0;
-        memcpy(buf, eos, cap < sizeof(eos) - 1 ? cap : sizeof(eos) - 1);
-        return (int)(sizeof(eos) - 1);
+    if (t->kind == TOKENIZER_KIND_BYTES)
+        return piece_bytes(id, render_special, buf, cap);
+    const char *s = tok_text(t, id, &len);
+    switch (t->types[id]) {
+    case TOK_TYPE_CONTROL:
+        return render_special ? put(buf, cap, s, len) : 0;
+    case TOK_TYPE_USER_DEFINED:
+        return put(buf, cap, s, len);
+    case TOK_TYPE_UNKNOWN:
+        return put(buf, cap, "\xe2\x96\x85", 3); /* a visible mark, as llama.cpp prints */
+    case TOK_TYPE_BYTE:
+        if (t->kind == TOKENIZER_KIND_SPM && len == 6 && memcmp(s, "<0x", 3) == 0) {
+            char c = (char)strtoul(s + 3, NULL, 16);
+            return put(buf, cap, &c, 1);
+        }
+        break;
+    default:
+        break;
     }
-    if (cap > 0)
-        buf[0] = (char)id;
-    return 1;
+    if (t->kind == TOKENIZER_KIND_SPM)
+        return piece_spm(s, len, buf, cap);
+    return (int)tok_bpe_decode_text(s, len, buf, cap);
 }
 
 bool tokenizer_strips_leading_space(const struct tokenizer *t)
 {
-    (void)t;
-    return false;
+    return t->kind == TOKENIZER_KIND_SPM && t->add_space_prefix;
 }
 
 size_t tokenizer_eog_ids(const struct tokenizer *t, const uint32_t **ids)
@@ -97,12 +449,16 @@ size_t tokenizer_eog_ids(const struct tokenizer *t, const uint32_t **ids)
 
 long tokenizer_bos_id(const struct tokenizer *t)
 {
-    (void)t;
-    return -1;
+    return t->bos;
 }
 
 long tokenizer_find_special(const struct tokenizer *t, const char *text)
 {
-    (void)t;
-    return strcmp(text, "<eos>") == 0 ? (long)TOKENIZER_BYTES_EOS : -1;
+    size_t len = strlen(text);
+    if (t->kind == TOKENIZER_KIND_BYTES)
+        return strcmp(text, "<eos>") == 0 ? (long)TOKENIZER_BYTES_EOS : -1;
+    if (len == 0)
+        return -1;
+    const struct tok_special *s = match_special(t, text, len);
+    return s && s->len == len ? (long)s->id : -1;
 }

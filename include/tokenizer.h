@@ -14,6 +14,12 @@ struct tokenizer;
 /* Flags of tokenizer_encode(). */
 #define TOKENIZER_ADD_SPECIAL   1u /* BOS/EOS as the model's add_bos/add_eos keys say */
 #define TOKENIZER_PARSE_SPECIAL 2u /* special/control token texts in the input become their ids */
+/* Special tokens are those of token_type CONTROL (3) or USER_DEFINED (4). With
+ * TOKENIZER_PARSE_SPECIAL each occurrence of their text becomes that one token (the longest
+ * text matching at a position wins) and the ordinary text between them is encoded as usual
+ * (a SentencePiece space prefix goes before text at the start or after a special token).
+ * Without it they are never produced from the input: user text "<|im_end|>" is encoded as
+ * ordinary characters, so clients cannot forge control tokens. */
 
 /* The mock's tokenizer: token b (0..255) is the byte b, 256 is EOS; no BOS. */
 #define TOKENIZER_BYTES_EOS 256u
@@ -27,14 +33,16 @@ void tokenizer_destroy(struct tokenizer *t);
 
 uint32_t tokenizer_n_vocab(const struct tokenizer *t);
 
-/* Encode len bytes of UTF-8 text. Returns the number of tokens the text needs (only the first
- * cap are written to out when it is more) or -errno. */
+/* Encode len bytes of UTF-8 text (invalid bytes are kept: byte fallback or byte-level). Returns
+ * the number of tokens the text needs (only the first cap are written to out when it is more)
+ * or -errno. t is only read: several threads may encode with one tokenizer at once. */
 long tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, unsigned flags,
                       uint32_t *out, size_t cap);
 
 /* The bytes token id stands for in decoded text (byte-fallback and byte-level pieces are
  * raw bytes, possibly part of a UTF-8 character; SentencePiece's U+2581 is a space; control
- * tokens are empty unless render_special). Returns the length (only cap bytes are written
+ * tokens are empty unless render_special (the byte tokenizer's EOS then reads "<eos>");
+ * user-defined tokens are their text; the unknown token is U+2585). Returns the length (only cap bytes are written
  * when it is more) or -EINVAL for an id out of range. */
 int tokenizer_piece(const struct tokenizer *t, uint32_t id, bool render_special, char *buf,
                     size_t cap);
@@ -42,7 +50,9 @@ int tokenizer_piece(const struct tokenizer *t, uint32_t id, bool render_special,
 /* Whether decoding drops the space a SentencePiece tokenizer put before the first word. */
 bool tokenizer_strips_leading_space(const struct tokenizer *t);
 
-/* Every id that ends generation (EOS, EOT, <|eot_id|>, ...), for the worker. */
+/* Every id that ends generation, for the worker: the file's eos, eot and eom ids, and the
+ * control or user-defined tokens whose text is <|eot_id|>, <|end_of_text|>, <|im_end|>,
+ * <|endoftext|>, </s>, <end_of_turn>, <|end|> or <|eom_id|>. Valid while t lives. */
 size_t tokenizer_eog_ids(const struct tokenizer *t, const uint32_t **ids);
 
 /* BOS id, or -1 when the model has none. */

@@ -1,0 +1,263 @@
+/* Byte-level BPE ("gpt2" vocabularies): the pre-tokenizer splits the text into words, each
+ * byte of a word becomes its GPT-2 unicode character, and adjacent pairs are merged lowest
+ * merge rank first (ties: leftmost) from a heap over a linked list of symbols. Merges are
+ * looked up by the pair of token ids, so no strings are built while encoding. */
+#include "tokenizer_impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+
+/* GPT-2's bytes->unicode table: printable Latin-1 bytes stand for themselves, the other 68
+ * (0-32, 127-160, 173) take code points 256.. in byte order. */
+static uint32_t byte_to_cp(unsigned b)
+{
+    if (b <= 32)
+        return 256 + b;
+    if (b >= 127 && b <= 160)
+        return 256 + 33 + (b - 127);
+    if (b == 173)
+        return 256 + 67;
+    return b;
+}
+
+/* The inverse; -1 for a code point outside the table. */
+static int cp_to_byte(uint32_t cp)
+{
+    if (cp < 256)
+        return byte_to_cp(cp) == cp ? (int)cp : -1;
+    uint32_t n = cp - 256;
+    if (n <= 32)
+        return (int)n;
+    if (n <= 66)
+        return (int)(127 + n - 33);
+    if (n == 67)
+        return 173;
+    return -1;
+}
+
+static size_t cp_to_utf8(uint32_t cp, char *out)
+{
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    out[0] = (char)(0xC0 | (cp >> 6)); /* the table only reaches U+0143 */
+    out[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+}
+
+size_t tok_bpe_decode_text(const char *s, size_t len, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len;) {
+        const unsigned char *u = (const unsigned char *)s + i;
+        size_t cl = tok_utf8_len(u, len - i);
+        int b = -1;
+        if (cl == 1)
+            b = cp_to_byte(u[0]);
+        else if (cl == 2)
+            b = cp_to_byte((uint32_t)(u[0] & 0x1F) << 6 | (u[1] & 0x3F));
+        if (cl == 0)
+            cl = 1;
+        if (b >= 0) {
+            if (n < cap)
+                buf[n] = (char)b;
+            n++;
+        } else {
+            for (size_t k = 0; k < cl; k++, n++)
+                if (n < cap)
+                    buf[n] = s[i + k];
+        }
+        i += cl;
+    }
+    return n;
+}
+
+int tok_bpe_load(struct tokenizer *t, const struct gguf_kv *merges, char *err, size_t errlen)
+{
+    char *cat = NULL;
+    int ret;
+
+    for (unsigned b = 0; b < 256; b++) {
+        char u[2];
+        size_t n = cp_to_utf8(byte_to_cp(b), u);
+        t->char_ids[b] = tok_text_map_get(&t->by_text, t, u, n);
+    }
+    if (!merges || merges->type != GGUF_TYPE_ARRAY || merges->arr_type != GGUF_TYPE_STRING) {
+        snprintf(err, errlen, "tokenizer.ggml.merges: missing or not a string array");
+        return -EINVAL;
+    }
+    if ((ret = tok_pair_map_init(&t->merges, merges->arr_n)) < 0)
+        return ret;
+    for (uint64_t r = 0; r < merges->arr_n; r++) {
+        struct gguf_str m = gguf_arr_str(merges, r);
+        const char *sp = m.len > 1 ? memchr(m.ptr + 1, ' ', m.len - 1) : NULL;
+        if (!sp)
+            continue; /* malformed: skipped, as it can never apply */
+        size_t ll = (size_t)(sp - m.ptr), rl = m.len - ll - 1;
+        if (ll + rl > t->max_token_len)
+            continue;
+        uint32_t left = tok_text_map_get(&t->by_text, t, m.ptr, ll);
+        uint32_t right = tok_text_map_get(&t->by_text, t, sp + 1, rl);
+        if (!(cat = realloc(cat, ll + rl + 1))) {
+            tok_pair_map_free(&t->merges);
+            return -ENOMEM;
+        }
+        memcpy(cat, m.ptr, ll);
+        memcpy(cat + ll, sp + 1, rl);
+        uint32_t result = tok_text_map_get(&t->by_text, t, cat, ll + rl);
+        if (left != TOK_NONE && right != TOK_NONE && result != TOK_NONE)
+            tok_pair_map_put(&t->merges, left, right, (uint32_t)r, result);
+    }
+    free(cat);
+    return 0;
+}
+
+struct bpe_sym {
+    int32_t prev, next;
+    uint32_t id; /* TOK_NONE: a byte whose character is not in the vocabulary */
+    bool alive;
+};
+
+struct bpe_pair {
+    uint32_t rank;
+    int32_t left, right;
+    uint32_t lid, rid, result; /* ids when queued, to drop stale entries */
+};
+
+/* Scratch reused for every word of one encode call. */
+struct bpe_ctx {
+    const struct tokenizer *t;
+    const char *text;
+    struct tok_out *o;
+    struct bpe_sym *sym;
+    size_t sym_cap;
+    struct bpe_pair *heap;
+    size_t heap_n, heap_cap;
+};
+
+static bool pair_before(const struct bpe_pair *a, const struct bpe_pair *b)
+{
+    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+static void heap_push(struct bpe_ctx *c, struct bpe_pair p)
+{
+    size_t i = c->heap_n++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!pair_before(&p, &c->heap[parent]))
+            break;
+        c->heap[i] = c->heap[parent];
+        i = parent;
+    }
+    c->heap[i] = p;
+}
+
+static struct bpe_pair heap_pop(struct bpe_ctx *c)
+{
+    struct bpe_pair top = c->heap[0], last = c->heap[--c->heap_n];
+    size_t i = 0;
+    for (;;) {
+        size_t k = 2 * i + 1;
+        if (k >= c->heap_n)
+            break;
+        if (k + 1 < c->heap_n && pair_before(&c->heap[k + 1], &c->heap[k]))
+            k++;
+        if (!pair_before(&c->heap[k], &last))
+            break;
+        c->heap[i] = c->heap[k];
+        i = k;
+    }
+    if (c->heap_n > 0)
+        c->heap[i] = last;
+    return top;
+}
+
+/* Queue the merge of left and right if there is one. The heap never outgrows 3 entries per
+ * byte of the word: one per initial pair and two per merge. */
+static void try_pair(struct bpe_ctx *c, int32_t left, int32_t right)
+{
+    uint32_t rank, result;
+    if (left < 0 || right < 0)
+        return;
+    uint32_t lid = c->sym[left].id, rid = c->sym[right].id;
+    if (lid == TOK_NONE || rid == TOK_NONE ||
+        !tok_pair_map_get(&c->t->merges, lid, rid, &rank, &result))
+        return;
+    heap_push(c, (struct bpe_pair){.rank = rank,
+                                   .left = left,
+                                   .right = right,
+                                   .lid = lid,
+                                   .rid = rid,
+                                   .result = result});
+}
+
+static int bpe_word(void *arg, size_t off, size_t len)
+{
+    struct bpe_ctx *c = arg;
+    const struct tokenizer *t = c->t;
+    const unsigned char *w = (const unsigned char *)c->text + off;
+
+    if (len == 1) {
+        uint32_t id = t->char_ids[w[0]];
+        if (id != TOK_NONE || t->unk >= 0)
+            tok_out_push(c->o, id != TOK_NONE ? id : (uint32_t)t->unk);
+        return 0;
+    }
+    if (len > c->sym_cap) {
+        size_t cap = len < 256 ? 256 : 2 * len;
+        struct bpe_sym *s = realloc(c->sym, cap * sizeof(*s));
+        if (!s)
+            return -ENOMEM;
+        c->sym = s;
+        struct bpe_pair *h = realloc(c->heap, 3 * cap * sizeof(*h));
+        if (!h)
+            return -ENOMEM;
+        c->heap = h;
+        c->sym_cap = cap;
+        c->heap_cap = 3 * cap;
+    }
+    for (size_t i = 0; i < len; i++)
+        c->sym[i] = (struct bpe_sym){.prev = (int32_t)i - 1,
+                                     .next = i + 1 < len ? (int32_t)i + 1 : -1,
+                                     .id = t->char_ids[w[i]],
+                                     .alive = true};
+    c->heap_n = 0;
+    for (size_t i = 1; i < len; i++)
+        try_pair(c, (int32_t)i - 1, (int32_t)i);
+    while (c->heap_n > 0) {
+        struct bpe_pair p = heap_pop(c);
+        struct bpe_sym *l = &c->sym[p.left], *r = &c->sym[p.right];
+        if (!l->alive || !r->alive || l->next != p.right || l->id != p.lid || r->id != p.rid)
+            continue; /* a neighbour merged since this pair was queued */
+        l->id = p.result;
+        r->alive = false;
+        l->next = r->next;
+        if (r->next >= 0)
+            c->sym[r->next].prev = p.left;
+        try_pair(c, l->prev, p.left);
+        try_pair(c, p.left, l->next);
+    }
+    for (int32_t i = 0; i >= 0; i = c->sym[i].next) {
+        uint32_t id = c->sym[i].id;
+        if (id != TOK_NONE)
+            tok_out_push(c->o, id);
+        else if (t->unk >= 0)
+            tok_out_push(c->o, (uint32_t)t->unk);
+    }
+    return 0;
+}
+
+int tok_bpe_encode(const struct tokenizer *t, const char *text, size_t len, struct tok_out *o)
+{
+    struct bpe_ctx c = {.t = t, .text = text, .o = o};
+    int err = tok_pre_split(t->pre, text, len, bpe_word, &c);
+    free(c.sym);
+    free(c.heap);
+    return err;
+}
