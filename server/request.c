@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include <event2/buffer.h>
+#include <event2/event.h>
 #include <event2/bufferevent.h>
 #include <event2/http.h>
 
@@ -22,6 +23,66 @@
 
 static void on_close(struct evhttp_connection *evcon, void *arg);
 
+static void unwatch_peer(struct request *r)
+{
+    if (r->ev_peer) {
+        event_free(r->ev_peer);
+        r->ev_peer = NULL;
+    }
+}
+
+/* The client's socket as libevent has it, or -1. */
+static evutil_socket_t client_fd(struct request *r)
+{
+    struct evhttp_connection *evcon;
+    struct bufferevent *bev;
+    if (!r->http || !(evcon = evhttp_request_get_connection(r->http)) ||
+        !(bev = evhttp_connection_get_bufferevent(evcon)))
+        return -1;
+    return bufferevent_getfd(bev);
+}
+
+/* 1: the client closed or reset its side; 0: it is there (or sent more bytes); -1: unknown. */
+static int peer_state(evutil_socket_t fd)
+{
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0)
+        return 1;
+    if (n < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -1 : 1;
+    return 0;
+}
+
+/* libevent does not read a connection while its request is being answered, so a client that
+ * leaves before any byte is written would go unnoticed: watch its socket ourselves. */
+static void on_peer(evutil_socket_t fd, short what, void *arg)
+{
+    struct request *r = arg;
+    (void)what;
+    int st = peer_state(fd);
+    if (st < 0) {
+        event_add(r->ev_peer, NULL);
+        return;
+    }
+    unwatch_peer(r);
+    if (st == 1 && r->http) {
+        /* frees the connection and its request; on_close (its close callback) runs first */
+        evhttp_connection_free(evhttp_request_get_connection(r->http));
+    }
+    /* st 0: a pipelined request; stop watching, the reply's writes will tell */
+}
+
+static void watch_peer(struct request *r)
+{
+    evutil_socket_t fd = client_fd(r);
+    if (fd < 0)
+        return;
+    r->ev_peer = event_new(r->f->base, fd, EV_READ, on_peer, r);
+    if (r->ev_peer)
+        event_add(r->ev_peer, NULL);
+}
+
 static void request_maybe_free(struct request *r)
 {
     struct front *f = r->f;
@@ -29,6 +90,7 @@ static void request_maybe_free(struct request *r)
         return;
     TAILQ_REMOVE(&f->requests, r, link_all);
     f->n_requests--;
+    unwatch_peer(r);
     for (uint32_t i = 0; i < r->n_stops; i++)
         free(r->stops[i]);
     free(r->prompt);
@@ -63,6 +125,7 @@ struct request *request_create(struct front *f, struct evhttp_request *http,
     struct evhttp_connection *evcon = evhttp_request_get_connection(http);
     if (evcon)
         evhttp_connection_set_closecb(evcon, on_close, r);
+    watch_peer(r);
     return r;
 }
 
@@ -70,6 +133,7 @@ struct request *request_create(struct front *f, struct evhttp_request *http,
 static void release_http(struct request *r)
 {
     struct evhttp_connection *evcon;
+    unwatch_peer(r);
     if (!r->http)
         return;
     evcon = evhttp_request_get_connection(r->http);
@@ -201,6 +265,7 @@ static void on_close(struct evhttp_connection *evcon, void *arg)
 {
     struct request *r = arg;
     evhttp_connection_set_closecb(evcon, NULL, NULL);
+    unwatch_peer(r);
     if (r->http) {
         /* libevent detaches an unanswered request from a failed connection and leaves its
          * freeing to us; one still attached is freed with the connection right after. */
@@ -217,21 +282,8 @@ static void on_close(struct evhttp_connection *evcon, void *arg)
 
 bool request_client_alive(struct request *r)
 {
-    struct evhttp_connection *evcon;
-    struct bufferevent *bev;
-    char c;
-    if (!r->http || !(evcon = evhttp_request_get_connection(r->http)) ||
-        !(bev = evhttp_connection_get_bufferevent(evcon)))
-        return false;
-    evutil_socket_t fd = bufferevent_getfd(bev);
-    if (fd < 0)
-        return false;
-    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0)
-        return false; /* orderly shutdown by the client */
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-        return false;
-    return true;
+    evutil_socket_t fd = client_fd(r);
+    return fd >= 0 && peer_state(fd) != 1;
 }
 
 static void send_cancel(struct request *r)

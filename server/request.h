@@ -13,6 +13,7 @@
 
 struct evhttp_request;
 struct evbuffer;
+struct event;
 struct front;
 struct worker;
 struct relay;
@@ -50,6 +51,7 @@ struct request {
     bool client_gone;
     uint32_t hold;      /* >0 while a callback works on it: not freed until it returns */
 
+    struct event *ev_peer; /* the client's socket readable: did it leave? */
     struct relay *relay;
     struct evbuffer *text; /* whole (non-stream) replies: the text so far */
     uint32_t prompt_tokens, completion_tokens;

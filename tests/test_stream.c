@@ -1,0 +1,163 @@
+/* Integration tests of kiln's streams: many concurrent SSE streams over two workers all
+ * complete, and a client that leaves (mid-stream or while queued) gives its slot back. */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "front_util.h"
+
+#define N_STREAMS 64
+
+static int start_with(void **state, const char *const *args)
+{
+    struct kiln_proc *p = front_start(args);
+    if (!p)
+        return -1;
+    *state = p;
+    return 0;
+}
+
+static int setup_two_workers(void **state)
+{
+    static const char *args[] = {"--model", "mock", "--workers", "2", "--mock-reply", MOCK_REPLY,
+                                 NULL};
+    return start_with(state, args);
+}
+
+static int setup_one_slow_slot(void **state)
+{
+    static const char *args[] = {"--model",         "mock", "--workers",      "1",
+                                 "--max-sequences", "1",    "--mock-delay-ms", "40",
+                                 "--mock-reply",    MOCK_REPLY MOCK_REPLY MOCK_REPLY, NULL};
+    return start_with(state, args);
+}
+
+static int teardown(void **state)
+{
+    kiln_destroy(*state);
+    return 0;
+}
+
+struct stream_job {
+    int port;
+    int rc;
+    struct front_stream s;
+};
+
+static void *stream_thread(void *arg)
+{
+    struct stream_job *j = arg;
+    char body[128];
+    snprintf(body, sizeof(body), "{\"prompt\":\"stream %p\",\"stream\":true}", arg);
+    j->rc = front_stream_collect(j->port, "/v1/completions", body, &j->s, 30000);
+    return NULL;
+}
+
+static void test_stream_64_concurrent_streams_complete(void **state)
+{
+    static struct stream_job jobs[N_STREAMS];
+    pthread_t th[N_STREAMS];
+    int port = kiln_port(*state);
+    for (int i = 0; i < N_STREAMS; i++) {
+        jobs[i].port = port;
+        assert_int_equal(pthread_create(&th[i], NULL, stream_thread, &jobs[i]), 0);
+    }
+    for (int i = 0; i < N_STREAMS; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < N_STREAMS; i++) {
+        assert_int_equal(jobs[i].rc, 0);
+        assert_int_equal(jobs[i].s.status, 200);
+        assert_string_equal(jobs[i].s.text, MOCK_REPLY);
+        assert_string_equal(jobs[i].s.finish, "stop");
+        assert_true(jobs[i].s.done);
+    }
+    assert_int_equal(front_running(port), 0);
+    assert_int_equal(front_waiting(port), 0);
+}
+
+static bool no_running(void *arg)
+{
+    return front_running(*(int *)arg) == 0;
+}
+
+static bool none_waiting(void *arg)
+{
+    return front_waiting(*(int *)arg) == 0;
+}
+
+static bool one_running(void *arg)
+{
+    return front_running(*(int *)arg) == 1;
+}
+
+/* Open a stream and read n events of it. */
+static struct http_stream *open_and_read(int port, int n)
+{
+    struct http_stream *s = NULL;
+    struct sse_event ev;
+    int st = http_stream_open(port, "POST", "/v1/completions", NULL,
+                              "{\"prompt\":\"go\",\"stream\":true}", 10000, &s);
+    assert_int_equal(st, 200);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(sse_next(s, &ev, 10000), 1);
+    return s;
+}
+
+static void test_stream_disconnect_mid_stream_frees_the_slot(void **state)
+{
+    int port = kiln_port(*state);
+    struct http_stream *s = open_and_read(port, 2);
+    assert_int_equal(front_running(port), 1);
+    http_stream_close(s);
+    /* the reply has ~80 tokens at 40 ms: only a cancel frees the slot this soon */
+    assert_true(wait_until(no_running, &port, 2000));
+
+    /* the one slot serves the next request to the end */
+    json_t *j;
+    assert_int_equal(front_call(port, "POST", "/v1/completions",
+                                "{\"prompt\":\"x\",\"max_tokens\":3}", &j, NULL),
+                     200);
+    json_decref(j);
+}
+
+static void test_stream_disconnect_while_queued_drops_it(void **state)
+{
+    int port = kiln_port(*state);
+    struct http_stream *a = open_and_read(port, 1);
+    int fd = http_raw_connect(port);
+    assert_true(fd >= 0);
+    const char *req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                      "application/json\r\nContent-Length: 14\r\n\r\n{\"prompt\":\"b\"}";
+    assert_int_equal(http_raw_send(fd, req, strlen(req)), 0);
+    assert_true(wait_until(one_running, &port, 2000));
+    long long waiting = front_waiting(port);
+    assert_int_equal(waiting, 1);
+    close(fd);
+    /* a still runs (~80 tokens at 40 ms), so only dropping b empties the queue this soon */
+    assert_true(wait_until(none_waiting, &port, 1500));
+    assert_int_equal(front_running(port), 1);
+    http_stream_close(a);
+    assert_true(wait_until(no_running, &port, 3000));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_stream_64_concurrent_streams_complete,
+                                        setup_two_workers, teardown),
+        cmocka_unit_test_setup_teardown(test_stream_disconnect_mid_stream_frees_the_slot,
+                                        setup_one_slow_slot, teardown),
+        cmocka_unit_test_setup_teardown(test_stream_disconnect_while_queued_drops_it,
+                                        setup_one_slow_slot, teardown),
+    };
+    return cmocka_run_group_tests_name("stream", tests, NULL, NULL);
+}
