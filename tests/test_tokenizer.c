@@ -516,11 +516,12 @@ static void test_tokenizer_unknown_model_rejected(void **state)
 }
 
 struct spm_ids {
-    uint32_t unk, bos, eos, eot, sp, h, i, hi, sphi, ws, byte0;
+    uint32_t unk, bos, eos, eot, sp, h, i, hi, sphi, ws, byte0, extra;
 };
 
 /* SentencePiece: <unk> <s> </s>, optional <0xNN> bytes, "▁", "h", "i", "hi", "▁hi". */
-static struct tokenizer *make_spm(struct spm_ids *id, bool bytes, bool add_eos)
+static struct tokenizer *make_spm_extra(struct spm_ids *id, bool bytes, bool add_eos,
+                                        const char *extra)
 {
     struct vocab v = {0};
     struct gbuf kvs = {0};
@@ -541,6 +542,8 @@ static struct tokenizer *make_spm(struct spm_ids *id, bool bytes, bool add_eos)
     id->hi = v_add(&v, "hi", 1, -5);
     id->sphi = v_add(&v, "\xe2\x96\x81hi", 1, -4);
     id->ws = v_add(&v, "\xe2\x96\x81\xe2\x96\x81", 1, -6);
+    if (extra)
+        id->extra = v_add(&v, extra, 1, -0.5f);
     kv_str(&kvs, "tokenizer.ggml.model", "llama");
     kv_u32(&kvs, "tokenizer.ggml.bos_token_id", id->bos);
     kv_u32(&kvs, "tokenizer.ggml.eos_token_id", id->eos);
@@ -554,6 +557,27 @@ static struct tokenizer *make_spm(struct spm_ids *id, bool bytes, bool add_eos)
     free(kvs.p);
     v_free(&v);
     return t;
+}
+
+static struct tokenizer *make_spm(struct spm_ids *id, bool bytes, bool add_eos)
+{
+    return make_spm_extra(id, bytes, add_eos, NULL);
+}
+
+/* A token with U+2581 inside ("h▁") can span a word start: the encoder must then merge the
+ * text as a whole, not word by word. */
+static void test_tokenizer_spm_merge_across_word_start(void **state)
+{
+    (void)state;
+    struct spm_ids id;
+    struct tokenizer *t = make_spm_extra(&id, true, false, "h\xe2\x96\x81");
+    uint32_t ids[16];
+    long n = encode(t, "h hi", 0, ids, 16);
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[0], id.sp);
+    assert_int_equal(ids[1], id.extra);
+    assert_int_equal(ids[2], id.hi);
+    tokenizer_destroy(t);
 }
 
 static void test_tokenizer_spm_add_bos_and_eos(void **state)
@@ -690,6 +714,7 @@ int main(void)
         cmocka_unit_test(test_tokenizer_pre_names_compile),
         cmocka_unit_test(test_tokenizer_unknown_model_rejected),
         cmocka_unit_test(test_tokenizer_spm_add_bos_and_eos),
+        cmocka_unit_test(test_tokenizer_spm_merge_across_word_start),
         cmocka_unit_test(test_tokenizer_spm_byte_fallback_and_unknown),
         cmocka_unit_test(test_tokenizer_100k_input_roundtrips),
         cmocka_unit_test(test_tokenizer_100k_run_without_spaces_roundtrips),
