@@ -133,5 +133,8 @@ float kern_avx2_dot_f16(const uint16_t *a, const float *b, int n);
 void kern_avx2_axpy_f32(float *restrict y, float alpha, const float *restrict x, int n);
 void kern_avx2_axpy_f16(float *restrict y, float alpha, const uint16_t *restrict x, int n);
 void kern_avx2_add(float *restrict y, const float *restrict x, int n);
+void kern_avx2_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+void kern_avx2_softmax(float *x, int n);
+void kern_avx2_swiglu(float *out, const float *gate, const float *up, int n);
 
 #endif /* KERNELS_H */

@@ -359,7 +359,7 @@ void kern_avx2_axpy_f16(float *restrict y, float alpha, const uint16_t *restrict
         y[i] += alpha * f16(x[i]);
 }
 
-static void avx2_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
+void kern_avx2_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 {
     float ss = kern_avx2_dot_f32(x, x, n);
     __m256 r = _mm256_set1_ps(1.0f / sqrtf(ss / (float)n + eps));
@@ -372,7 +372,7 @@ static void avx2_rmsnorm(float *out, const float *x, const float *w, int n, floa
         out[i] = x[i] * rs * w[i];
 }
 
-static void avx2_softmax(float *x, int n)
+void kern_avx2_softmax(float *x, int n)
 {
     if (n <= 0)
         return;
@@ -391,7 +391,7 @@ static void avx2_softmax(float *x, int n)
         x[i] *= 1.0f / sum;
 }
 
-static void avx2_swiglu(float *out, const float *gate, const float *up, int n)
+void kern_avx2_swiglu(float *out, const float *gate, const float *up, int n)
 {
     for (int i = 0; i < n; i++) {
         float g = gate[i];
@@ -415,9 +415,9 @@ static const struct kern_ops avx2_ops = {
     .dot_f16 = kern_avx2_dot_f16,
     .axpy_f32 = kern_avx2_axpy_f32,
     .axpy_f16 = kern_avx2_axpy_f16,
-    .rmsnorm = avx2_rmsnorm,
-    .softmax = avx2_softmax,
-    .swiglu = avx2_swiglu,
+    .rmsnorm = kern_avx2_rmsnorm,
+    .softmax = kern_avx2_softmax,
+    .swiglu = kern_avx2_swiglu,
     .add = kern_avx2_add,
 };
 
