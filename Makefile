@@ -108,7 +108,7 @@ run: deps
 
 # Install what is missing (Debian 12). As root it runs apt-get; otherwise it prints the command.
 DEBS = build-essential pkg-config libevent-dev libmsgpack-dev liburing-dev libcmocka-dev \
-       libjansson-dev libpcre2-dev curl
+       libjansson-dev libpcre2-dev curl prometheus
 deps:
 	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
