@@ -113,7 +113,8 @@ struct gguf *gguf_open_mem(const void *buf, size_t len, char *err, size_t errlen
 void gguf_close(struct gguf *g);
 
 /* Lookups return NULL / -ENOENT when the key is absent and -EINVAL when it has another type.
- * Integer getters accept any integer type whose value fits. */
+ * Integer getters accept any integer type whose value fits (-ERANGE when it does not);
+ * gguf_get_f32 accepts float32 and float64. */
 const struct gguf_kv *gguf_find(const struct gguf *g, const char *key);
 int gguf_get_u32(const struct gguf *g, const char *key, uint32_t *out);
 int gguf_get_u64(const struct gguf *g, const char *key, uint64_t *out);
