@@ -76,9 +76,10 @@ struct proto_msg {
 int proto_encode(const struct proto_msg *msg, void *buf, size_t cap);
 
 /* Decode one record of len bytes. For a JOB the prompt is copied into out->u.job.prompt,
- * which the caller points at prompt_cap tokens before the call. Returns 0, or -EPROTO for
- * a record that is malformed, of another version, oversize or with trailing bytes. Nothing
- * in out points into buf afterwards. */
+ * which the caller points at prompt_cap tokens before the call (a caller that expects no JOB
+ * sets prompt_cap = 0, so that a stray JOB is rejected rather than written through a stale
+ * pointer). Returns 0, or -EPROTO for a record that is malformed, of another version,
+ * oversize or with trailing bytes. Nothing in out points into buf afterwards. */
 int proto_decode(const void *buf, size_t len, struct proto_msg *out);
 
 /* Default sampling: greedy, every filter off. */
