@@ -49,6 +49,23 @@ static AI __m256i bcast16(__m256i v, int lo, int hi)
     return _mm256_shuffle_epi8(v, ctl);
 }
 
+/* The 32 weights of a Q4_0 block as signed bytes, in element order (low nibbles are
+ * elements 0..15, high nibbles 16..31). */
+static AI __m256i q4_0_signed(const struct quant_block_q4_0 *b)
+{
+    __m128i raw = _mm_loadu_si128((const __m128i *)b->qs);
+    __m256i q = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
+    return _mm256_sub_epi8(_mm256_and_si256(q, _mm256_set1_epi8(15)), _mm256_set1_epi8(8));
+}
+
+/* 8 partial sums of w . x as floats: the sign of w moves onto x so maddubs sees |w|. */
+static AI __m256 i8_dot(__m256i aw, __m256i qw, const int8_t *x, __m256i ones)
+{
+    __m256i qx = _mm256_loadu_si256((const __m256i *)x);
+    __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, qw));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+}
+
 /* ---- one weight row against S activation vectors (x, x + xs, ...); y[k * ys] ---- */
 
 static AI void tile_q8_0(const struct quant_block_q8_0 *w, const char *x, size_t xs, int nb,
@@ -56,25 +73,37 @@ static AI void tile_q8_0(const struct quant_block_q8_0 *w, const char *x, size_t
 {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc0[4], acc1[4];
+    int i = 0;
+    _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
         acc0[k] = acc1[k] = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        __m256i qw = _mm256_loadu_si256((const __m256i *)w[i].qs);
-        __m256i aw = _mm256_abs_epi8(qw);
-        float dw = f16(w[i].d);
+    /* two blocks a step, one FMA chain each, so a block need not wait for the last */
+    for (; i + 2 <= nb; i += 2) {
+        __m256i qw0 = _mm256_loadu_si256((const __m256i *)w[i + 0].qs);
+        __m256i qw1 = _mm256_loadu_si256((const __m256i *)w[i + 1].qs);
+        __m256i aw0 = _mm256_abs_epi8(qw0), aw1 = _mm256_abs_epi8(qw1);
+        float dw0 = f16(w[i].d), dw1 = f16(w[i + 1].d);
+        _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)(x + k * xs) + i;
-            __m256i qx = _mm256_loadu_si256((const __m256i *)b->qs);
-            __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, qw));
-            __m256 v = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-            __m256 d = _mm256_set1_ps(dw * f16(b->d));
-            /* two chains: a block's FMA need not wait for the previous block's */
-            if (i & 1)
-                acc1[k] = _mm256_fmadd_ps(d, v, acc1[k]);
-            else
-                acc0[k] = _mm256_fmadd_ps(d, v, acc0[k]);
+            acc0[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * f16(b[0].d)),
+                                      i8_dot(aw0, qw0, b[0].qs, ones), acc0[k]);
+            acc1[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw1 * f16(b[1].d)),
+                                      i8_dot(aw1, qw1, b[1].qs, ones), acc1[k]);
         }
     }
+    if (i < nb) {
+        __m256i qw0 = _mm256_loadu_si256((const __m256i *)w[i + 0].qs);
+        __m256i aw0 = _mm256_abs_epi8(qw0);
+        float dw0 = f16(w[i].d);
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++) {
+            const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)(x + k * xs) + i;
+            acc0[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * f16(b[0].d)),
+                                      i8_dot(aw0, qw0, b[0].qs, ones), acc0[k]);
+        }
+    }
+    _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
         y[k * ys] = hsum8(_mm256_add_ps(acc0[k], acc1[k]));
 }
@@ -82,30 +111,39 @@ static AI void tile_q8_0(const struct quant_block_q8_0 *w, const char *x, size_t
 static AI void tile_q4_0(const struct quant_block_q4_0 *w, const char *x, size_t xs, int nb,
                          const int S, float *y, size_t ys)
 {
-    const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(15);
-    const __m256i eight = _mm256_set1_epi8(8);
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc0[4], acc1[4];
+    int i = 0;
+    _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
         acc0[k] = acc1[k] = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        __m128i raw = _mm_loadu_si128((const __m128i *)w[i].qs);
-        /* elements 0..15 are the low nibbles, 16..31 the high ones */
-        __m256i q = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
-        __m256i qw = _mm256_sub_epi8(_mm256_and_si256(q, low4), eight);
-        __m256i aw = _mm256_abs_epi8(qw);
-        float dw = f16(w[i].d);
+    /* two blocks a step, one FMA chain each, so a block need not wait for the last */
+    for (; i + 2 <= nb; i += 2) {
+        __m256i qw0 = q4_0_signed(w + i + 0);
+        __m256i qw1 = q4_0_signed(w + i + 1);
+        __m256i aw0 = _mm256_abs_epi8(qw0), aw1 = _mm256_abs_epi8(qw1);
+        float dw0 = f16(w[i].d), dw1 = f16(w[i + 1].d);
+        _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)(x + k * xs) + i;
-            __m256i qx = _mm256_loadu_si256((const __m256i *)b->qs);
-            __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, qw));
-            __m256 v = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-            __m256 d = _mm256_set1_ps(dw * f16(b->d));
-            if (i & 1)
-                acc1[k] = _mm256_fmadd_ps(d, v, acc1[k]);
-            else
-                acc0[k] = _mm256_fmadd_ps(d, v, acc0[k]);
+            acc0[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * f16(b[0].d)),
+                                      i8_dot(aw0, qw0, b[0].qs, ones), acc0[k]);
+            acc1[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw1 * f16(b[1].d)),
+                                      i8_dot(aw1, qw1, b[1].qs, ones), acc1[k]);
         }
     }
+    if (i < nb) {
+        __m256i qw0 = q4_0_signed(w + i + 0);
+        __m256i aw0 = _mm256_abs_epi8(qw0);
+        float dw0 = f16(w[i].d);
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++) {
+            const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)(x + k * xs) + i;
+            acc0[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * f16(b[0].d)),
+                                      i8_dot(aw0, qw0, b[0].qs, ones), acc0[k]);
+        }
+    }
+    _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
         y[k * ys] = hsum8(_mm256_add_ps(acc0[k], acc1[k]));
 }
@@ -115,6 +153,7 @@ static AI void tile_q4_k(const struct quant_block_q4_k *w, const char *x, size_t
 {
     const __m256i low4 = _mm256_set1_epi8(15);
     __m256 acc[4];
+    _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
         acc[k] = _mm256_setzero_ps();
     for (int i = 0; i < nb; i++) {
@@ -127,14 +166,17 @@ static AI void tile_q4_k(const struct quant_block_q4_k *w, const char *x, size_t
             q[2 * c] = _mm256_and_si256(raw, low4);
             q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
         }
+        _Pragma("GCC unroll 8")
         for (int j = 0; j < 8; j++)
             scv[j] = bcast16(sc2, j, j);
         /* bsums k covers 16 elements; sub-block j is bsums 2j and 2j+1 */
         __m256i mv = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
         float d = f16(w[i].d), dmin = f16(w[i].dmin);
+        _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
             __m256i isum = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
             for (int j = 0; j < 8; j++) {
                 __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * j));
                 __m256i p = _mm256_maddubs_epi16(q[j], qx);
@@ -146,6 +188,7 @@ static AI void tile_q4_k(const struct quant_block_q4_k *w, const char *x, size_t
             acc[k] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * a->d), ms, acc[k]);
         }
     }
+    _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
         y[k * ys] = hsum8(acc[k]);
 }
@@ -155,6 +198,7 @@ static AI void tile_q6_k(const struct quant_block_q6_k *w, const char *x, size_t
 {
     const __m256i low4 = _mm256_set1_epi8(15), hi2 = _mm256_set1_epi8(0x30);
     __m256 acc[4];
+    _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
         acc[k] = _mm256_setzero_ps();
     for (int i = 0; i < nb; i++) {
@@ -181,9 +225,11 @@ static AI void tile_q6_k(const struct quant_block_q6_k *w, const char *x, size_t
             scv[v + 4] = bcast16(hi, 2 * v, 2 * v + 1);
         }
         float d = f16(w[i].d);
+        _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
             __m256i isum = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
             for (int v = 0; v < 8; v++) {
                 __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * v));
                 __m256i p = _mm256_maddubs_epi16(q[v], qx);
@@ -196,6 +242,7 @@ static AI void tile_q6_k(const struct quant_block_q6_k *w, const char *x, size_t
             acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(isum), acc[k]);
         }
     }
+    _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
         y[k * ys] = hsum8(acc[k]);
 }
@@ -226,10 +273,12 @@ static AI void tile_float(const void *w, enum ggml_type t, const char *x, size_t
 {
     __m256 acc0[4], acc1[4];
     int i = 0;
+    _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
         acc0[k] = acc1[k] = _mm256_setzero_ps();
     for (; i + 16 <= n; i += 16) {
         __m256 w0 = load_w(w, t, i), w1 = load_w(w, t, i + 8);
+        _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
             const float *xf = (const float *)(x + k * xs);
             acc0[k] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xf + i), acc0[k]);
@@ -238,10 +287,12 @@ static AI void tile_float(const void *w, enum ggml_type t, const char *x, size_t
     }
     for (; i + 8 <= n; i += 8) {
         __m256 w0 = load_w(w, t, i);
+        _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++)
             acc0[k] = _mm256_fmadd_ps(w0, _mm256_loadu_ps((const float *)(x + k * xs) + i),
                                       acc0[k]);
     }
+    _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++) {
         const float *xf = (const float *)(x + k * xs);
         float s = hsum8(_mm256_add_ps(acc0[k], acc1[k]));

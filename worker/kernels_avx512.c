@@ -53,6 +53,7 @@ static AI void tile_i8(const void *w, int q4, const char *x, size_t xs, int nb, 
     const struct quant_block_q4_0 *w4 = w;
     __m512 acc[4];
     int i = 0;
+    _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
         acc[k] = _mm512_setzero_ps();
     for (; i + 2 <= nb; i += 2) {
@@ -68,6 +69,7 @@ static AI void tile_i8(const void *w, int q4, const char *x, size_t xs, int nb, 
         }
         __m512i aw = _mm512_abs_epi8(qw);
         __mmask64 neg = _mm512_movepi8_mask(qw);
+        _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)(x + k * xs) + i;
             __m512i qx = load2(b[0].qs, b[1].qs);
@@ -82,6 +84,7 @@ static AI void tile_i8(const void *w, int q4, const char *x, size_t xs, int nb, 
                         : _mm256_loadu_si256((const __m256i *)w8[i].qs);
         float dw = _cvtsh_ss(q4 ? w4[i].d : w8[i].d);
         __m256i aw = _mm256_abs_epi8(qw);
+        _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)(x + k * xs) + i;
             __m256i qx = _mm256_loadu_si256((const __m256i *)b->qs);
@@ -90,6 +93,7 @@ static AI void tile_i8(const void *w, int q4, const char *x, size_t xs, int nb, 
             acc[k] = _mm512_add_ps(acc[k], _mm512_zextps256_ps512(v));
         }
     }
+    _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
         y[k * ys] = hsum16(acc[k]);
 }
