@@ -1,0 +1,382 @@
+/* The Llama-family forward pass over a mapped GGUF: config and weights read and checked at
+ * load, then a batched forward over rows of (slot, position, token) that serves both the
+ * prefill chunks and the decode steps. No sampling here, no tokenizing beyond the EOS ids. */
+#include "model_llama.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels.h"
+#include "threadpool.h"
+#include "model_llama_impl.h"
+
+void model_llama_msg(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- the forward pass ---------------------------------------------------------------- */
+
+static void mm_task(void *ctx, int task, int thread)
+{
+    struct llama *L = ctx;
+    struct mm_job *j = L->jobs;
+    (void)thread;
+    while (task >= j->n_tasks) {
+        task -= j->n_tasks;
+        j++;
+    }
+    int r0 = task * j->rows_per_task;
+    int r1 = r0 + j->rows_per_task < j->W->rows ? r0 + j->rows_per_task : j->W->rows;
+    L->k->matmul(j->W, &j->X, j->n_seq, j->Y, j->y_stride, r0, r1);
+}
+
+/* Y_i = W_i X_i for up to three products over n rows in one pool run. X_i is src_i as floats
+ * (n rows of W_i->cols); products whose weights want the same activation format share one
+ * quantized copy. */
+static void mm_run(struct llama *L, int n_jobs, const struct kern_mat *const *W,
+                   const float *const *src, float *const *Y, int y_stride0, int n)
+{
+    enum ggml_type made[MAX_MM_JOBS];
+    const float *made_src[MAX_MM_JOBS];
+    int total = 0;
+
+    for (int i = 0; i < n_jobs; i++) {
+        struct mm_job *j = &L->jobs[i];
+        enum ggml_type at = kern_act_type(W[i]->type);
+        int cols = W[i]->cols;
+
+        j->W = W[i];
+        j->n_seq = n;
+        j->Y = Y[i];
+        j->y_stride = y_stride0 ? y_stride0 : W[i]->rows;
+        j->X.type = at;
+        j->X.n = cols;
+        made[i] = at;
+        made_src[i] = src[i];
+        if (at == GGML_TYPE_F32) {
+            j->X.data = src[i];
+            j->X.stride = (size_t)cols * sizeof(float);
+        } else {
+            int shared = -1;
+            for (int p = 0; p < i; p++)
+                if (made[p] == at && made_src[p] == src[i])
+                    shared = p;
+            j->X.stride = kern_act_bytes(W[i]->type, cols);
+            if (shared >= 0) {
+                j->X.data = L->jobs[shared].X.data;
+            } else {
+                for (int r = 0; r < n; r++)
+                    (void)kern_quantize_act(W[i]->type, src[i] + (size_t)r * cols, cols,
+                                            (char *)L->act[i] + (size_t)r * j->X.stride);
+                j->X.data = L->act[i];
+            }
+        }
+        int parts = L->n_threads * 4;
+        j->rows_per_task = (W[i]->rows + parts - 1) / parts;
+        if (j->rows_per_task < 4)
+            j->rows_per_task = 4;
+        j->n_tasks = (W[i]->rows + j->rows_per_task - 1) / j->rows_per_task;
+        total += j->n_tasks;
+    }
+    L->n_jobs = n_jobs;
+    threadpool_run(L->pool, mm_task, L, total);
+}
+
+static void mm1(struct llama *L, const struct kern_mat *W, const float *src, float *Y, int n)
+{
+    mm_run(L, 1, &W, &src, &Y, 0, n);
+}
+
+static size_t kv_index(const struct llama *L, int slot, int layer, int pos)
+{
+    return (((size_t)slot * (size_t)L->c.n_layers + (size_t)layer) * L->ctx + (size_t)pos) *
+           (size_t)L->c.kv_dim;
+}
+
+/* Row b: biases, RoPE at its position, then its K and V into the cache. */
+static void rope_store_task(void *ctx, int b, int thread)
+{
+    struct llama *L = ctx;
+    const struct llama_config *c = &L->c;
+    const struct llama_layer *ly = &L->layers[L->layer];
+    float *q = L->q + (size_t)b * c->q_dim;
+    float *k = L->kk + (size_t)b * c->kv_dim, *v = L->vv + (size_t)b * c->kv_dim;
+    const float *cs = L->cs + (size_t)b * c->n_rot;
+    size_t at = kv_index(L, L->row_slot[b], L->layer, L->row_pos[b]);
+    (void)thread;
+
+    if (ly->bq) {
+        L->k->add(q, ly->bq, c->q_dim);
+        L->k->add(k, ly->bk, c->kv_dim);
+        L->k->add(v, ly->bv, c->kv_dim);
+    }
+    kern_rope_apply(q, c->n_heads, c->head_dim, c->n_rot, cs, c->neox);
+    kern_rope_apply(k, c->n_kv_heads, c->head_dim, c->n_rot, cs, c->neox);
+    kern_f32_to_f16(L->kv_k + at, k, c->kv_dim);
+    kern_f32_to_f16(L->kv_v + at, v, c->kv_dim);
+}
+
+/* Row b, head h: causal attention over its own slot's cache, positions 0..pos. */
+static void attn_task(void *ctx, int task, int thread)
+{
+    struct llama *L = ctx;
+    const struct llama_config *c = &L->c;
+    int b = task / c->n_heads, h = task % c->n_heads;
+    int kvh = h / (c->n_heads / c->n_kv_heads), n_t = L->row_pos[b] + 1;
+    size_t base = kv_index(L, L->row_slot[b], L->layer, 0) + (size_t)kvh * c->head_dim;
+    const uint16_t *kc = L->kv_k + base, *vc = L->kv_v + base;
+    const float *q = L->q + (size_t)b * c->q_dim + (size_t)h * c->head_dim;
+    float *out = L->ao + (size_t)b * c->q_dim + (size_t)h * c->head_dim;
+    float *att = L->att + (size_t)thread * L->ctx;
+    float scale = 1.0f / sqrtf((float)c->head_dim);
+
+    for (int t = 0; t < n_t; t++)
+        att[t] = L->k->dot_f16(kc + (size_t)t * c->kv_dim, q, c->head_dim) * scale;
+    L->k->softmax(att, n_t);
+    memset(out, 0, (size_t)c->head_dim * sizeof(float));
+    for (int t = 0; t < n_t; t++)
+        L->k->axpy_f16(out, att[t], vc + (size_t)t * c->kv_dim, c->head_dim);
+}
+
+static void swiglu_task(void *ctx, int b, int thread)
+{
+    struct llama *L = ctx;
+    size_t off = (size_t)b * L->c.ffn;
+    (void)thread;
+    L->k->swiglu(L->hb + off, L->hb + off, L->hb2 + off, L->c.ffn);
+}
+
+/* Runs n rows (row_tok, row_slot, row_pos) through every layer; their keys and values land
+ * in the cache, the residual stream is left in x. Each row's arithmetic depends on its own
+ * row and its own slot's cache only. */
+static void forward(struct llama *L, int n)
+{
+    const struct llama_config *c = &L->c;
+    const struct kern_ops *k = L->k;
+
+    for (int b = 0; b < n; b++) {
+        kern_get_row(L->tok_embd.type, L->tok_embd.data, L->tok_embd.row_bytes,
+                     (int)L->row_tok[b], c->dim, L->x + (size_t)b * c->dim);
+        kern_rope_table(L->cs + (size_t)b * c->n_rot, c->n_rot, L->row_pos[b], c->rope_base,
+                        c->rope_freq_scale);
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        const struct llama_layer *ly = &L->layers[l];
+        L->layer = l;
+
+        for (int b = 0; b < n; b++)
+            k->rmsnorm(L->xb + (size_t)b * c->dim, L->x + (size_t)b * c->dim, ly->attn_norm,
+                       c->dim, c->eps);
+        const struct kern_mat *wqkv[3] = {&ly->wq, &ly->wk, &ly->wv};
+        const float *in3[3] = {L->xb, L->xb, L->xb};
+        float *out_qkv[3] = {L->q, L->kk, L->vv};
+        mm_run(L, 3, wqkv, in3, out_qkv, 0, n);
+        threadpool_run(L->pool, rope_store_task, L, n);
+        threadpool_run(L->pool, attn_task, L, n * c->n_heads);
+        mm1(L, &ly->wo, L->ao, L->xb, n);
+        for (int b = 0; b < n; b++)
+            k->add(L->x + (size_t)b * c->dim, L->xb + (size_t)b * c->dim, c->dim);
+
+        for (int b = 0; b < n; b++)
+            k->rmsnorm(L->xb + (size_t)b * c->dim, L->x + (size_t)b * c->dim, ly->ffn_norm,
+                       c->dim, c->eps);
+        const struct kern_mat *wgu[2] = {&ly->w_gate, &ly->w_up};
+        const float *in2[2] = {L->xb, L->xb};
+        float *out_gu[2] = {L->hb, L->hb2};
+        mm_run(L, 2, wgu, in2, out_gu, 0, n);
+        threadpool_run(L->pool, swiglu_task, L, n);
+        mm1(L, &ly->w_down, L->hb, L->xb, n);
+        for (int b = 0; b < n; b++)
+            k->add(L->x + (size_t)b * c->dim, L->xb + (size_t)b * c->dim, c->dim);
+
+        if (L->base.heartbeat)
+            L->base.heartbeat(L->base.heartbeat_ctx);
+    }
+}
+
+/* Logits of rows [r0, r0 + n) of the last forward into dst, n_vocab apart. */
+static void logits_rows(struct llama *L, int r0, int n, float *dst)
+{
+    const struct llama_config *c = &L->c;
+    for (int b = r0; b < r0 + n; b++)
+        L->k->rmsnorm(L->xb + (size_t)b * c->dim, L->x + (size_t)b * c->dim, L->output_norm,
+                      c->dim, c->eps);
+    const struct kern_mat *W = &L->output;
+    const float *src = L->xb + (size_t)r0 * c->dim;
+    mm_run(L, 1, &W, &src, &dst, c->n_vocab, n);
+}
+
+/* ---- the interface ------------------------------------------------------------------- */
+
+static int check_slot(struct llama *L, int slot, char *err, size_t errlen)
+{
+    if (slot < 0 || (uint32_t)slot >= L->base.max_sequences) {
+        model_llama_msg(err, errlen, "slot %d out of range (%u sequences)", slot, L->base.max_sequences);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int llama_prefill(struct model *m, int slot, const uint32_t *prompt, uint32_t n,
+                         float *logits)
+{
+    struct llama *L = (struct llama *)m;
+    int rc;
+
+    if ((rc = check_slot(L, slot, m->error, sizeof(m->error))) < 0)
+        return rc;
+    if (n == 0) {
+        model_llama_msg(m->error, sizeof(m->error), "empty prompt");
+        return -EINVAL;
+    }
+    if (n > L->ctx) {
+        model_llama_msg(m->error, sizeof(m->error), "prompt of %u tokens exceeds the context of %u", n,
+            L->ctx);
+        return -ENOSPC;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if (prompt[i] >= (uint32_t)L->c.n_vocab) {
+            model_llama_msg(m->error, sizeof(m->error), "token %u out of range (vocabulary %d)", prompt[i],
+                L->c.n_vocab);
+            return -EINVAL;
+        }
+    }
+    L->seq_len[slot] = 0;
+    for (uint32_t start = 0; start < n; start += MODEL_LLAMA_CHUNK) {
+        int rows = (int)(n - start < MODEL_LLAMA_CHUNK ? n - start : MODEL_LLAMA_CHUNK);
+        for (int i = 0; i < rows; i++) {
+            L->row_tok[i] = prompt[start + (uint32_t)i];
+            L->row_slot[i] = slot;
+            L->row_pos[i] = (int)start + i;
+        }
+        forward(L, rows);
+        if (start + (uint32_t)rows == n)
+            logits_rows(L, rows - 1, 1, logits);
+    }
+    L->seq_len[slot] = n;
+    return 0;
+}
+
+static int llama_decode_batch(struct model *m, const int *slots, const uint32_t *tokens, int n,
+                              float *logits, struct model_result *res)
+{
+    struct llama *L = (struct llama *)m;
+    int rows = 0;
+
+    if (n <= 0)
+        return 0;
+    L->stamp++;
+    for (int i = 0; i < n; i++) {
+        int s = slots[i];
+        res[i].status = 0;
+        res[i].error[0] = '\0';
+        if (n > L->nb) {
+            res[i].status = -EINVAL;
+            model_llama_msg(res[i].error, sizeof(res[i].error), "batch of %d exceeds %d sequences", n,
+                L->nb);
+        } else if ((res[i].status = check_slot(L, s, res[i].error, sizeof(res[i].error))) < 0) {
+            /* message written */
+        } else if (L->mark[s] == L->stamp) {
+            res[i].status = -EINVAL;
+            model_llama_msg(res[i].error, sizeof(res[i].error), "slot %d twice in one decode step", s);
+        } else if (tokens[i] >= (uint32_t)L->c.n_vocab) {
+            res[i].status = -EINVAL;
+            model_llama_msg(res[i].error, sizeof(res[i].error), "token %u out of range (vocabulary %d)",
+                tokens[i], L->c.n_vocab);
+        } else if (L->seq_len[s] >= L->ctx) {
+            res[i].status = -ENOSPC;
+            model_llama_msg(res[i].error, sizeof(res[i].error), "the context of %u tokens is full", L->ctx);
+        }
+        if (res[i].status < 0)
+            continue;
+        L->mark[s] = L->stamp;
+        L->row_tok[rows] = tokens[i];
+        L->row_slot[rows] = s;
+        L->row_pos[rows] = (int)L->seq_len[s];
+        L->row_of[rows] = i;
+        rows++;
+    }
+    if (rows > 0) {
+        forward(L, rows);
+        if (rows == n) {
+            logits_rows(L, 0, rows, logits);
+        } else {
+            for (int r = 0; r < rows; r++)
+                logits_rows(L, r, 1, logits + (size_t)L->row_of[r] * L->c.n_vocab);
+        }
+        for (int r = 0; r < rows; r++)
+            L->seq_len[L->row_slot[r]]++;
+    }
+    return n;
+}
+
+static int llama_decode(struct model *m, int slot, uint32_t token, float *logits)
+{
+    struct model_result r;
+    llama_decode_batch(m, &slot, &token, 1, logits, &r);
+    if (r.status < 0)
+        snprintf(m->error, sizeof(m->error), "%s", r.error);
+    return r.status;
+}
+
+static void llama_seq_free(struct model *m, int slot)
+{
+    struct llama *L = (struct llama *)m;
+    if (slot >= 0 && (uint32_t)slot < m->max_sequences)
+        L->seq_len[slot] = 0;
+}
+
+void model_llama_free(struct model *m)
+{
+    struct llama *L = (struct llama *)m;
+    if (!L)
+        return;
+    threadpool_destroy(L->pool);
+    for (int i = 0; i < MAX_MM_JOBS; i++)
+        free(L->act[i]);
+    free(L->x);
+    free(L->xb);
+    free(L->q);
+    free(L->ao);
+    free(L->kk);
+    free(L->vv);
+    free(L->hb);
+    free(L->hb2);
+    free(L->cs);
+    free(L->att);
+    free(L->row_slot);
+    free(L->row_pos);
+    free(L->row_of);
+    free(L->row_tok);
+    free(L->kv_k);
+    free(L->kv_v);
+    free(L->seq_len);
+    free(L->mark);
+    free(L->layers);
+    free(L->vec_arena);
+    gguf_close(L->g);
+    free(L);
+}
+
+const struct model_ops model_llama_ops = {
+    .prefill = llama_prefill,
+    .decode = llama_decode,
+    .decode_batch = llama_decode_batch,
+    .seq_free = llama_seq_free,
+    .destroy = model_llama_free,
+};
+
+uint64_t model_llama_weight_bytes(const struct model *m)
+{
+    return ((const struct llama *)m)->weight_bytes;
+}

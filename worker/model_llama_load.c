@@ -1,0 +1,427 @@
+/* Loading a Llama-family GGUF: the config from {arch}.* keys, every tensor found and checked
+ * (type and shape, each named in the error), the EOS ids from the tokenizer, and every
+ * buffer the forward pass will use, allocated once. No arithmetic here. */
+#include "model_llama.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "model_llama_impl.h"
+#include "quant.h"
+#include "threadpool.h"
+#include "tokenizer.h"
+
+#define msg model_llama_msg
+
+static int key_u32(const struct gguf *g, const char *arch, const char *key, bool required,
+                   uint32_t *out, char *err, size_t errlen)
+{
+    char full[128];
+    snprintf(full, sizeof(full), "%s.%s", arch, key);
+    int rc = gguf_get_u32(g, full, out);
+    if (rc == -ENOENT && !required)
+        return 0;
+    if (rc < 0)
+        msg(err, errlen, "%s: %s key %s", g->path, rc == -ENOENT ? "missing" : "bad type of",
+            full);
+    return rc;
+}
+
+static int key_f32(const struct gguf *g, const char *arch, const char *key, float *out,
+                   char *err, size_t errlen)
+{
+    char full[128];
+    snprintf(full, sizeof(full), "%s.%s", arch, key);
+    int rc = gguf_get_f32(g, full, out);
+    if (rc == -ENOENT)
+        return 0; /* keep the default */
+    if (rc < 0)
+        msg(err, errlen, "%s: bad type of key %s", g->path, full);
+    return rc;
+}
+
+static int read_config(struct llama *L, char *err, size_t errlen)
+{
+    const struct gguf *g = L->g;
+    struct llama_config *c = &L->c;
+    struct gguf_str s;
+    uint32_t v[8] = {0};
+    int rc;
+
+    if (gguf_get_str(g, "general.architecture", &s) < 0) {
+        msg(err, errlen, "%s: no general.architecture: not a model file", g->path);
+        return -EINVAL;
+    }
+    if (gguf_str_eq(s, "llama")) {
+        c->neox = 0;
+    } else if (gguf_str_eq(s, "qwen2")) {
+        c->neox = 1;
+        c->qkv_bias = 1;
+    } else {
+        msg(err, errlen, "%s: architecture '%.*s' is not supported (llama, qwen2)", g->path,
+            (int)(s.len < 32 ? s.len : 32), s.ptr);
+        return -EINVAL;
+    }
+    snprintf(c->arch, sizeof(c->arch), "%.*s", (int)s.len, s.ptr);
+    static const char *const req[] = {"context_length", "embedding_length", "block_count",
+                                      "feed_forward_length", "attention.head_count"};
+    for (int i = 0; i < 5; i++)
+        if ((rc = key_u32(g, c->arch, req[i], true, &v[i], err, errlen)) < 0)
+            return rc;
+    v[5] = v[4]; /* head_count_kv defaults to head_count */
+    if ((rc = key_u32(g, c->arch, "attention.head_count_kv", false, &v[5], err, errlen)) < 0)
+        return rc;
+    c->train_ctx = v[0];
+    c->dim = (int)v[1];
+    c->n_layers = (int)v[2];
+    c->ffn = (int)v[3];
+    c->n_heads = (int)v[4];
+    c->n_kv_heads = (int)v[5];
+    if (!c->dim || c->dim > MAX_DIM || !c->n_layers || c->n_layers > 4096 || !c->ffn ||
+        c->ffn > MAX_DIM || !c->n_heads || !c->n_kv_heads || c->n_heads % c->n_kv_heads ||
+        c->dim % c->n_heads || !c->train_ctx) {
+        msg(err, errlen,
+            "%s: inconsistent config: dim %d, layers %d, ffn %d, heads %d, kv heads %d, "
+            "context %u",
+            g->path, c->dim, c->n_layers, c->ffn, c->n_heads, c->n_kv_heads, c->train_ctx);
+        return -EINVAL;
+    }
+    c->head_dim = c->dim / c->n_heads;
+    uint32_t kl = (uint32_t)c->head_dim, rot;
+    if ((rc = key_u32(g, c->arch, "attention.key_length", false, &kl, err, errlen)) < 0)
+        return rc;
+    if (kl == 0 || kl > 4096 || kl % 2) {
+        msg(err, errlen, "%s: bad attention.key_length %u", g->path, kl);
+        return -EINVAL;
+    }
+    c->head_dim = (int)kl;
+    c->q_dim = c->n_heads * c->head_dim;
+    c->kv_dim = c->n_kv_heads * c->head_dim;
+    rot = (uint32_t)c->head_dim;
+    if ((rc = key_u32(g, c->arch, "rope.dimension_count", false, &rot, err, errlen)) < 0)
+        return rc;
+    if (rot == 0 || rot > (uint32_t)c->head_dim || rot % 2) {
+        msg(err, errlen, "%s: rope.dimension_count %u does not fit head size %d", g->path, rot,
+            c->head_dim);
+        return -EINVAL;
+    }
+    c->n_rot = (int)rot;
+    c->eps = 1e-5f;
+    c->rope_base = 10000.0f;
+    c->rope_freq_scale = 1.0f;
+    if ((rc = key_f32(g, c->arch, "attention.layer_norm_rms_epsilon", &c->eps, err, errlen)) <
+            0 ||
+        (rc = key_f32(g, c->arch, "rope.freq_base", &c->rope_base, err, errlen)) < 0)
+        return rc;
+    char full[128];
+    snprintf(full, sizeof(full), "%s.rope.scaling.type", c->arch);
+    if (gguf_get_str(g, full, &s) == 0 && !gguf_str_eq(s, "none")) {
+        float factor = 1.0f;
+        if (!gguf_str_eq(s, "linear")) {
+            msg(err, errlen, "%s: rope scaling '%.*s' is not supported (linear)", g->path,
+                (int)(s.len < 32 ? s.len : 32), s.ptr);
+            return -EINVAL;
+        }
+        if ((rc = key_f32(g, c->arch, "rope.scaling.factor", &factor, err, errlen)) < 0)
+            return rc;
+        if (factor > 0.0f)
+            c->rope_freq_scale = 1.0f / factor;
+    }
+    const struct gguf_kv *tok = gguf_find(g, "tokenizer.ggml.tokens");
+    if (!tok || tok->type != GGUF_TYPE_ARRAY || tok->arr_type != GGUF_TYPE_STRING ||
+        tok->arr_n == 0 || tok->arr_n > (1u << 24)) {
+        msg(err, errlen, "%s: no tokenizer.ggml.tokens vocabulary", g->path);
+        return -EINVAL;
+    }
+    c->n_vocab = (int)tok->arr_n;
+    return 0;
+}
+
+static const struct gguf_tensor *find(struct llama *L, const char *name, bool optional,
+                                      char *err, size_t errlen)
+{
+    const struct gguf_tensor *t = gguf_find_tensor(L->g, name);
+    if (!t && !optional)
+        msg(err, errlen, "%s: missing tensor %s", L->g->path, name);
+    return t;
+}
+
+/* A weight matrix of rows x cols (GGUF ne = [cols, rows]). */
+static int get_mat(struct llama *L, const char *name, int rows, int cols, struct kern_mat *m,
+                   char *err, size_t errlen)
+{
+    const struct gguf_tensor *t = find(L, name, false, err, errlen);
+    if (!t)
+        return -ENOENT;
+    if (t->type == GGML_TYPE_Q8_K || !quant_type_supported(t->type) ||
+        kern_act_type(t->type) == GGML_TYPE_COUNT) {
+        const char *tn = ggml_type_name(t->type);
+        msg(err, errlen,
+            "%s: tensor %s has type %s, which kiln does not run (F32, F16, BF16, Q8_0, Q4_0, "
+            "Q4_K, Q6_K)",
+            L->g->path, name, tn ? tn : "unknown");
+        return -ENOTSUP;
+    }
+    if (t->n_dims != 2 || t->ne[0] != (uint64_t)cols || t->ne[1] != (uint64_t)rows) {
+        msg(err, errlen, "%s: tensor %s has shape [%llu, %llu], expected [%d, %d] for this config",
+            L->g->path, name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], cols,
+            rows);
+        return -EINVAL;
+    }
+    size_t rb = quant_row_bytes(t->type, cols);
+    if (rb == 0 || kern_act_bytes(t->type, cols) == 0 || t->nbytes < rb * (size_t)rows) {
+        msg(err, errlen, "%s: tensor %s: %d columns do not fit %s blocks", L->g->path, name,
+            cols, quant_type_name(t->type));
+        return -EINVAL;
+    }
+    m->type = t->type;
+    m->data = t->data;
+    m->rows = rows;
+    m->cols = cols;
+    m->row_bytes = rb;
+    size_t ab = kern_act_bytes(t->type, cols);
+    if (ab > L->act_row)
+        L->act_row = ab;
+    return 0;
+}
+
+/* A vector of n floats: F32 in place, F16/BF16 decoded into the arena. */
+static int get_vec(struct llama *L, const char *name, int n, bool optional, const float **out,
+                   char *err, size_t errlen)
+{
+    const struct gguf_tensor *t = find(L, name, optional, err, errlen);
+    *out = NULL;
+    if (!t)
+        return optional ? 0 : -ENOENT;
+    if (t->n_dims != 1 || t->ne[0] != (uint64_t)n) {
+        msg(err, errlen, "%s: tensor %s has %u dims of %llu, expected [%d]", L->g->path, name,
+            t->n_dims, (unsigned long long)t->ne[0], n);
+        return -EINVAL;
+    }
+    if (t->type == GGML_TYPE_F32) {
+        *out = t->data;
+        return 0;
+    }
+    if ((t->type != GGML_TYPE_F16 && t->type != GGML_TYPE_BF16) ||
+        L->vec_used + (size_t)n > L->vec_cap) {
+        msg(err, errlen, "%s: tensor %s has type %s (a norm or bias must be F32, F16 or BF16)",
+            L->g->path, name, ggml_type_name(t->type) ? ggml_type_name(t->type) : "unknown");
+        return -ENOTSUP;
+    }
+    float *dst = L->vec_arena + L->vec_used;
+    (void)quant_dequantize_row(t->type, t->data, dst, n);
+    L->vec_used += (size_t)n;
+    *out = dst;
+    return 0;
+}
+
+static int read_weights(struct llama *L, char *err, size_t errlen)
+{
+    const struct llama_config *c = &L->c;
+    char name[96];
+    int rc;
+
+    L->vec_cap = (size_t)c->n_layers * (2u * c->dim + c->q_dim + 2u * c->kv_dim) + c->dim;
+    L->layers = calloc((size_t)c->n_layers, sizeof(*L->layers));
+    L->vec_arena = malloc(L->vec_cap * sizeof(float));
+    if (!L->layers || !L->vec_arena) {
+        msg(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    if ((rc = get_mat(L, "token_embd.weight", c->n_vocab, c->dim, &L->tok_embd, err, errlen)) <
+            0 ||
+        (rc = get_vec(L, "output_norm.weight", c->dim, false, &L->output_norm, err, errlen)) < 0)
+        return rc;
+    if (gguf_find_tensor(L->g, "output.weight")) {
+        if ((rc = get_mat(L, "output.weight", c->n_vocab, c->dim, &L->output, err, errlen)) < 0)
+            return rc;
+    } else {
+        L->output = L->tok_embd; /* tied embeddings */
+    }
+    L->weight_bytes = L->output.row_bytes * (uint64_t)c->n_vocab + L->tok_embd.row_bytes;
+
+    for (int l = 0; l < c->n_layers; l++) {
+        struct llama_layer *ly = &L->layers[l];
+        const struct {
+            const char *n;
+            struct kern_mat *m;
+            int rows, cols;
+        } mats[] = {
+            {"attn_q", &ly->wq, c->q_dim, c->dim},       {"attn_k", &ly->wk, c->kv_dim, c->dim},
+            {"attn_v", &ly->wv, c->kv_dim, c->dim},      {"attn_output", &ly->wo, c->dim, c->q_dim},
+            {"ffn_gate", &ly->w_gate, c->ffn, c->dim},   {"ffn_up", &ly->w_up, c->ffn, c->dim},
+            {"ffn_down", &ly->w_down, c->dim, c->ffn},
+        };
+        for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]); i++) {
+            snprintf(name, sizeof(name), "blk.%d.%s.weight", l, mats[i].n);
+            if ((rc = get_mat(L, name, mats[i].rows, mats[i].cols, mats[i].m, err, errlen)) < 0)
+                return rc;
+            L->weight_bytes += mats[i].m->row_bytes * (uint64_t)mats[i].rows;
+        }
+        snprintf(name, sizeof(name), "blk.%d.attn_norm.weight", l);
+        if ((rc = get_vec(L, name, c->dim, false, &ly->attn_norm, err, errlen)) < 0)
+            return rc;
+        snprintf(name, sizeof(name), "blk.%d.ffn_norm.weight", l);
+        if ((rc = get_vec(L, name, c->dim, false, &ly->ffn_norm, err, errlen)) < 0)
+            return rc;
+        const struct {
+            const char *n;
+            const float **v;
+            int len;
+        } bias[] = {{"attn_q", &ly->bq, c->q_dim}, {"attn_k", &ly->bk, c->kv_dim},
+                    {"attn_v", &ly->bv, c->kv_dim}};
+        for (int i = 0; i < 3; i++) {
+            snprintf(name, sizeof(name), "blk.%d.%s.bias", l, bias[i].n);
+            if ((rc = get_vec(L, name, bias[i].len, !c->qkv_bias, bias[i].v, err, errlen)) < 0)
+                return rc;
+        }
+        if (!ly->bq != !ly->bk || !ly->bq != !ly->bv) {
+            msg(err, errlen, "%s: layer %d has some but not all of the Q, K, V biases",
+                L->g->path, l);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+static void read_eos(struct llama *L)
+{
+    char terr[256];
+    struct tokenizer *t = tokenizer_create_gguf(L->g, terr, sizeof(terr));
+    uint32_t id;
+
+    L->base.n_eos = 0;
+    if (t) {
+        const uint32_t *ids;
+        size_t n = tokenizer_eog_ids(t, &ids);
+        for (size_t i = 0; i < n && L->base.n_eos < 16; i++)
+            if (ids[i] < (uint32_t)L->c.n_vocab)
+                L->base.eos[L->base.n_eos++] = ids[i];
+        tokenizer_destroy(t);
+    } else if (gguf_get_u32(L->g, "tokenizer.ggml.eos_token_id", &id) == 0 &&
+               id < (uint32_t)L->c.n_vocab) {
+        L->base.eos[L->base.n_eos++] = id; /* a tokenizer kiln cannot run: EOS alone */
+    }
+}
+
+static uint32_t choose_ctx(const struct llama *L, const struct model_llama_opts *o,
+                           uint32_t max_seq)
+{
+    const struct llama_config *c = &L->c;
+    uint64_t per_token = 2ull * (uint64_t)c->n_layers * (uint64_t)c->kv_dim * sizeof(uint16_t);
+    uint64_t budget = o->kv_budget, ctx;
+
+    if (o->ctx)
+        return o->ctx < c->train_ctx ? o->ctx : c->train_ctx;
+    if (!budget) {
+        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        budget = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 4 : (1ull << 30);
+        if (budget > (8ull << 30))
+            budget = 8ull << 30;
+    }
+    ctx = budget / (per_token * max_seq);
+    if (ctx > c->train_ctx)
+        ctx = c->train_ctx;
+    if (ctx < MIN_CTX)
+        ctx = MIN_CTX < c->train_ctx ? MIN_CTX : c->train_ctx;
+    return (uint32_t)ctx;
+}
+
+static int alloc_state(struct llama *L, uint32_t max_seq, char *err, size_t errlen)
+{
+    const struct llama_config *c = &L->c;
+    size_t nb = (size_t)L->nb, kv = (size_t)max_seq * (size_t)c->n_layers * L->ctx * c->kv_dim;
+    bool ok = true;
+
+#define ALLOC(p, n) ok = ok && ((p) = calloc((n), sizeof(*(p)))) != NULL
+    ALLOC(L->kv_k, kv);
+    ALLOC(L->kv_v, kv);
+    ALLOC(L->seq_len, max_seq);
+    ALLOC(L->mark, max_seq);
+    ALLOC(L->x, nb * c->dim);
+    ALLOC(L->xb, nb * c->dim);
+    ALLOC(L->q, nb * c->q_dim);
+    ALLOC(L->ao, nb * c->q_dim);
+    ALLOC(L->kk, nb * c->kv_dim);
+    ALLOC(L->vv, nb * c->kv_dim);
+    ALLOC(L->hb, nb * c->ffn);
+    ALLOC(L->hb2, nb * c->ffn);
+    ALLOC(L->cs, nb * c->n_rot);
+    ALLOC(L->att, (size_t)L->n_threads * L->ctx);
+    ALLOC(L->row_slot, nb);
+    ALLOC(L->row_pos, nb);
+    ALLOC(L->row_of, nb);
+    ALLOC(L->row_tok, nb);
+    for (int i = 0; i < MAX_MM_JOBS; i++)
+        ok = ok && (L->act[i] = malloc(nb * L->act_row + 64)) != NULL;
+#undef ALLOC
+    if (!ok) {
+        msg(err, errlen, "%s: out of memory for the KV cache (%.1f MiB) and scratch", L->g->path,
+            (double)kv * 4.0 / (1 << 20));
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+struct model *model_llama_create(const char *path, const struct model_llama_opts *o, char *err,
+                                 size_t errlen)
+{
+    struct llama *L = calloc(1, sizeof(*L));
+    uint32_t max_seq = o->max_sequences ? o->max_sequences : 1;
+    struct gguf_str name;
+
+    if (!L) {
+        msg(err, errlen, "out of memory");
+        return NULL;
+    }
+    L->base.ops = &model_llama_ops;
+    if (!o->quiet)
+        log_info("model %s: opening", path);
+    if (!(L->g = gguf_open(path, err, errlen)))
+        goto fail;
+    if (read_config(L, err, errlen) < 0 || read_weights(L, err, errlen) < 0)
+        goto fail;
+    if (!(L->k = o->kernels ? o->kernels : kern_ops_select())) {
+        msg(err, errlen, "KILN_KERNELS names a kernel set this CPU cannot run");
+        goto fail;
+    }
+    L->n_threads = o->threads > 0 ? o->threads : 1;
+    L->nb = max_seq > MODEL_LLAMA_CHUNK ? (int)max_seq : MODEL_LLAMA_CHUNK;
+    L->ctx = choose_ctx(L, o, max_seq);
+    if (alloc_state(L, max_seq, err, errlen) < 0)
+        goto fail;
+    if (!(L->pool = threadpool_create(L->n_threads))) {
+        msg(err, errlen, "cannot start %d threads: %s", L->n_threads, strerror(errno));
+        goto fail;
+    }
+    read_eos(L);
+    if (gguf_get_str(L->g, "general.name", &name) == 0)
+        snprintf(L->base.name, sizeof(L->base.name), "%.*s", (int)(name.len < 127 ? name.len : 127),
+                 name.ptr);
+    else
+        snprintf(L->base.name, sizeof(L->base.name), "%s",
+                 strrchr(path, '/') ? strrchr(path, '/') + 1 : path);
+    L->base.max_context = L->ctx;
+    L->base.max_sequences = max_seq;
+    L->base.n_vocab = (uint32_t)L->c.n_vocab;
+    if (!o->quiet) {
+        log_info("model %s: %s, dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, "
+                 "%.1f MiB of weights per token",
+                 L->base.name, L->c.arch, L->c.dim, L->c.n_layers, L->c.n_heads,
+                 L->c.n_kv_heads, L->c.ffn, L->c.n_vocab, (double)L->weight_bytes / (1 << 20));
+        log_info("model %s: context %u x %u sequences (KV cache %.1f MiB, F16), %d threads, "
+                 "%s kernels",
+                 L->base.name, L->ctx, max_seq,
+                 4.0 * max_seq * L->c.n_layers * (double)L->ctx * L->c.kv_dim / (1 << 20),
+                 L->n_threads, L->k->name);
+    }
+    return &L->base;
+fail:
+    model_llama_free(&L->base);
+    return NULL;
+}
