@@ -1,12 +1,13 @@
 /* The AVX-512 (F/BW/VL/VNNI) kernel set: Q8_0 and Q4_0 weights take two blocks per 512-bit
- * step with vpdpbusd (u8 x s8 -> s32 in one instruction); the other types reuse the AVX2
- * kernels, where 512-bit code has not been shown faster. Reached only through kern_ops_get
- * after a CPU check. As in the AVX2 set, a sequence's instruction stream does not depend on
- * how many sequences share the tile, so batching is bit-exact. */
+ * step with vpdpbusd (u8 x s8 -> s32 in one instruction), Q4_K and Q6_K 64 elements per
+ * 512-bit maddubs+madd; float weights and the float kernels reuse the AVX2 code. Reached
+ * only through kern_ops_get after a CPU check. As in the AVX2 set, a sequence's instruction
+ * stream does not depend on how many sequences share the tile, so batching is bit-exact. */
 #include "kernels.h"
 
 #include <immintrin.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "quant.h"
 
@@ -108,26 +109,165 @@ static AI void row_i8(const void *w, int q4, const char *x, size_t xs, int n, in
         tile_i8(w, q4, x + s * xs, xs, nb, 1, y + s * ys, ys);
 }
 
+/* Sub-block scales and mins of a Q4_K block as 8 int16 each (quant.h's packing). */
+static AI void q4_k_scales(const uint8_t s[12], __m128i *sc16, __m128i *m16)
+{
+    uint32_t u[3];
+    memcpy(u, s, sizeof u);
+    uint32_t s_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
+    uint32_t s_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 6) & 0x03030303u) << 4;
+    uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 6) & 0x03030303u) << 4;
+    *sc16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)s_hi, (int)s_lo));
+    *m16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo));
+}
+
+static AI __m512i join(__m256i lo, __m256i hi)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* Q4_K: chunk c's low and high nibbles are elements 64c..64c+63 in order, so one 512-bit
+ * maddubs + madd covers two sub-blocks (int16 lanes 0-15 and 16-31). */
+static AI void tile_q4_k(const struct quant_block_q4_k *w, const char *x, size_t xs, int nb,
+                         const int S, float *y, size_t ys)
+{
+    const __m256i low4 = _mm256_set1_epi8(15);
+    __m512 acc[4];
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        acc[k] = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m128i sc16, m16;
+        q4_k_scales(w[i].scales, &sc16, &m16);
+        __m512i sc = _mm512_castsi128_si512(sc16), q[4], scv[4];
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < 4; c++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * c));
+            q[c] = join(_mm256_and_si256(raw, low4),
+                        _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4));
+            __m512i idx = join(_mm256_set1_epi16((short)(2 * c)),
+                               _mm256_set1_epi16((short)(2 * c + 1)));
+            scv[c] = _mm512_permutexvar_epi16(idx, sc);
+        }
+        __m256i mv = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
+        float d = _cvtsh_ss(w[i].d), dmin = _cvtsh_ss(w[i].dmin);
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++) {
+            const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
+            __m512i isum = _mm512_setzero_si512();
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < 4; c++) {
+                __m512i p = _mm512_maddubs_epi16(q[c], _mm512_loadu_si512(a->qs + 64 * c));
+                isum = _mm512_add_epi32(isum, _mm512_madd_epi16(p, scv[c]));
+            }
+            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+            __m256 ms = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mv));
+            acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(d * a->d), _mm512_cvtepi32_ps(isum), acc[k]);
+            acc[k] = _mm512_fnmadd_ps(_mm512_set1_ps(dmin * a->d), _mm512_zextps256_ps512(ms),
+                                      acc[k]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        y[k * ys] = hsum16(acc[k]);
+}
+
+/* Q6_K: 64 elements (four sub-blocks of 16) per 512-bit maddubs + madd. */
+static AI void tile_q6_k(const struct quant_block_q6_k *w, const char *x, size_t xs, int nb,
+                         const int S, float *y, size_t ys)
+{
+    const __m256i low4 = _mm256_set1_epi8(15), hi2 = _mm256_set1_epi8(0x30);
+    const __m512i quarter = join(_mm256_set_m128i(_mm_set1_epi16(1), _mm_set1_epi16(0)),
+                                 _mm256_set_m128i(_mm_set1_epi16(3), _mm_set1_epi16(2)));
+    __m512 acc[4];
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        acc[k] = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m512i q[4], scv[4];
+        _Pragma("GCC unroll 2")
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));
+            __m256i p0 = _mm256_or_si256(_mm256_and_si256(l0, low4),
+                                         _mm256_and_si256(_mm256_slli_epi16(qh, 4), hi2));
+            __m256i p1 = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                                         _mm256_and_si256(_mm256_slli_epi16(qh, 2), hi2));
+            __m256i p2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                                         _mm256_and_si256(qh, hi2));
+            __m256i p3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                         _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2));
+            q[2 * h] = join(p0, p1);
+            q[2 * h + 1] = join(p2, p3);
+        }
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
+        __m512i sc = _mm512_castsi256_si512(sc16);
+        _Pragma("GCC unroll 4")
+        for (int j = 0; j < 4; j++)
+            scv[j] = _mm512_permutexvar_epi16(
+                _mm512_add_epi16(quarter, _mm512_set1_epi16((short)(4 * j))), sc);
+        float d = _cvtsh_ss(w[i].d);
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++) {
+            const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
+            __m512i isum = _mm512_setzero_si512();
+            _Pragma("GCC unroll 4")
+            for (int j = 0; j < 4; j++) {
+                __m512i p = _mm512_maddubs_epi16(q[j], _mm512_loadu_si512(a->qs + 64 * j));
+                isum = _mm512_add_epi32(isum, _mm512_madd_epi16(p, scv[j]));
+            }
+            /* q was stored +32: subtract 32 * sum_k sc_k * bsum_k */
+            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+            __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5);
+            isum = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(off));
+            acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(d * a->d), _mm512_cvtepi32_ps(isum), acc[k]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        y[k * ys] = hsum16(acc[k]);
+}
+
+#define ROW_K(name, tile)                                                                      \
+    static void name(const void *w, const char *x, size_t xs, int n, int ns, float *y,         \
+                     size_t ys)                                                                \
+    {                                                                                          \
+        int s = 0;                                                                             \
+        for (; s + 4 <= ns; s += 4)                                                            \
+            tile(w, x + s * xs, xs, n / QUANT_QK_K, 4, y + s * ys, ys);                        \
+        for (; s < ns; s++)                                                                    \
+            tile(w, x + s * xs, xs, n / QUANT_QK_K, 1, y + s * ys, ys);                        \
+    }
+
+ROW_K(row_q4_k, tile_q4_k)
+ROW_K(row_q6_k, tile_q6_k)
+
 static void avx512_matmul(const struct kern_mat *W, const struct kern_act *X, int n_seq,
                           float *Y, int y_stride, int row_begin, int row_end)
 {
-    if (W->type != GGML_TYPE_Q8_0 && W->type != GGML_TYPE_Q4_0) {
+    enum ggml_type t = W->type;
+    if (t != GGML_TYPE_Q8_0 && t != GGML_TYPE_Q4_0 && t != GGML_TYPE_Q4_K &&
+        t != GGML_TYPE_Q6_K) {
         kern_avx2_matmul(W, X, n_seq, Y, y_stride, row_begin, row_end);
         return;
     }
-    int q4 = W->type == GGML_TYPE_Q4_0;
     const char *wd = W->data, *xd = X->data;
     int chunk = kern_seq_chunk(X->stride);
     for (int s0 = 0; s0 < n_seq; s0 += chunk) {
         int ns = n_seq - s0 < chunk ? n_seq - s0 : chunk;
+        const char *xs0 = xd + (size_t)s0 * X->stride;
         for (int r = row_begin; r < row_end; r++) {
             const void *row = wd + (size_t)r * W->row_bytes;
-            if (q4)
-                row_i8(row, 1, xd + (size_t)s0 * X->stride, X->stride, X->n, ns,
-                       Y + (size_t)s0 * y_stride + r, (size_t)y_stride);
+            float *y = Y + (size_t)s0 * y_stride + r;
+            if (t == GGML_TYPE_Q8_0)
+                row_i8(row, 0, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
+            else if (t == GGML_TYPE_Q4_0)
+                row_i8(row, 1, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
+            else if (t == GGML_TYPE_Q4_K)
+                row_q4_k(row, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
             else
-                row_i8(row, 0, xd + (size_t)s0 * X->stride, X->stride, X->n, ns,
-                       Y + (size_t)s0 * y_stride + r, (size_t)y_stride);
+                row_q6_k(row, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
         }
     }
 }
