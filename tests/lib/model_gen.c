@@ -1,0 +1,349 @@
+/* Writes random-weight Llama-family GGUFs through gguf_write and the reference quantizers.
+ * Weights are N(0, 1/cols) (the embedding N(0, 1)), so activations stay of order one through
+ * any depth and logits are spread enough for greedy decoding to be stable; norms are 1. */
+#include "model_gen.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "../../worker/quant.h"
+#include "gguf_write.h"
+
+struct gen_rng {
+    uint64_t s;
+};
+
+static uint64_t rng_next(struct gen_rng *r)
+{
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull); /* splitmix64 */
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* About N(0, 1): four uniforms summed (Irwin-Hall), variance scaled to one. */
+static float rng_normal(struct gen_rng *r)
+{
+    uint64_t v = rng_next(r);
+    float s = 0.0f;
+    for (int i = 0; i < 4; i++)
+        s += (float)((v >> (16 * i)) & 0xffff) * (1.0f / 65536.0f);
+    return (s - 2.0f) * 1.7320508f;
+}
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+int model_gen_preset(struct model_gen_opts *o, const char *name)
+{
+    static const struct {
+        const char *name;
+        int dim, layers, heads, kv_heads, ffn, ctx;
+    } p[] = {
+        {"tinyllama", 2048, 22, 32, 4, 5632, 2048},
+        {"smollm", 576, 30, 9, 3, 1536, 2048},
+        {"tiny", 256, 2, 4, 2, 512, 256},
+    };
+    for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) {
+        if (strcasecmp(name, p[i].name) == 0) {
+            o->dim = p[i].dim;
+            o->layers = p[i].layers;
+            o->heads = p[i].heads;
+            o->kv_heads = p[i].kv_heads;
+            o->ffn = p[i].ffn;
+            o->ctx = p[i].ctx;
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
+enum ggml_type model_gen_type(const char *name)
+{
+    static const enum ggml_type t[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16,
+                                       GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
+                                       GGML_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+        if (strcasecmp(name, quant_type_name(t[i])) == 0)
+            return t[i];
+    return GGML_TYPE_COUNT;
+}
+
+/* Every tokenizer.* key of the vocabulary file, copied with its type. */
+static int copy_vocab(struct gguf_writer *w, const char *path, int *n_vocab, char *err,
+                      size_t errlen)
+{
+    struct gguf *g = gguf_open(path, err, errlen);
+    int rc = 0;
+
+    if (!g)
+        return -EINVAL;
+    for (uint64_t i = 0; i < g->n_kv && rc == 0; i++) {
+        const struct gguf_kv *kv = &g->kv[i];
+        char key[256];
+        if (kv->key.len >= sizeof(key) || strncmp(kv->key.ptr, "tokenizer.", 10) != 0)
+            continue;
+        memcpy(key, kv->key.ptr, kv->key.len);
+        key[kv->key.len] = '\0';
+        switch (kv->type) {
+        case GGUF_TYPE_UINT8: rc = gguf_write_u8(w, key, (uint8_t)kv->v.u64); break;
+        case GGUF_TYPE_INT8: rc = gguf_write_i8(w, key, (int8_t)kv->v.i64); break;
+        case GGUF_TYPE_UINT16: rc = gguf_write_u16(w, key, (uint16_t)kv->v.u64); break;
+        case GGUF_TYPE_INT16: rc = gguf_write_i16(w, key, (int16_t)kv->v.i64); break;
+        case GGUF_TYPE_UINT32: rc = gguf_write_u32(w, key, (uint32_t)kv->v.u64); break;
+        case GGUF_TYPE_INT32: rc = gguf_write_i32(w, key, (int32_t)kv->v.i64); break;
+        case GGUF_TYPE_UINT64: rc = gguf_write_u64(w, key, kv->v.u64); break;
+        case GGUF_TYPE_INT64: rc = gguf_write_i64(w, key, kv->v.i64); break;
+        case GGUF_TYPE_FLOAT32: rc = gguf_write_f32(w, key, (float)kv->v.f64); break;
+        case GGUF_TYPE_FLOAT64: rc = gguf_write_f64(w, key, kv->v.f64); break;
+        case GGUF_TYPE_BOOL: rc = gguf_write_bool(w, key, kv->v.u64 != 0); break;
+        case GGUF_TYPE_STRING:
+            rc = gguf_write_strn(w, key, kv->v.str.ptr, kv->v.str.len);
+            break;
+        case GGUF_TYPE_ARRAY:
+            if (!kv->arr_data)
+                break; /* arrays of arrays: none in tokenizer keys kiln reads */
+            if (kv->arr_type == GGUF_TYPE_STRING) {
+                char **s = calloc(kv->arr_n ? kv->arr_n : 1, sizeof(*s));
+                rc = s ? 0 : -ENOMEM;
+                for (uint64_t j = 0; j < kv->arr_n && rc == 0; j++) {
+                    struct gguf_str e = gguf_arr_str(kv, j);
+                    if (!(s[j] = strndup(e.ptr, e.len)))
+                        rc = -ENOMEM;
+                }
+                if (rc == 0)
+                    rc = gguf_write_arr_str(w, key, (const char *const *)s, kv->arr_n);
+                if (rc == 0 && strcmp(key, "tokenizer.ggml.tokens") == 0)
+                    *n_vocab = (int)kv->arr_n;
+                for (uint64_t j = 0; s && j < kv->arr_n; j++)
+                    free(s[j]);
+                free(s);
+            } else {
+                rc = gguf_write_arr(w, key, kv->arr_type, kv->arr_data, kv->arr_n);
+            }
+            break;
+        default:
+            break;
+        }
+    }
+    gguf_close(g);
+    if (rc == 0 && *n_vocab <= 0) {
+        snprintf(err, errlen, "%s: no tokenizer.ggml.tokens", path);
+        rc = -EINVAL;
+    }
+    return rc;
+}
+
+/* <unk>, <s>, </s>, the 256 byte tokens, then "▁w<i>" pieces. */
+static int synth_vocab(struct gguf_writer *w, int n)
+{
+    char **tok = calloc((size_t)n, sizeof(*tok));
+    float *score = calloc((size_t)n, sizeof(*score));
+    int32_t *type = calloc((size_t)n, sizeof(*type));
+    int rc = -ENOMEM;
+
+    if (!tok || !score || !type)
+        goto out;
+    for (int i = 0; i < n; i++) {
+        char buf[32];
+        if (i < 3) {
+            snprintf(buf, sizeof(buf), "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+            type[i] = i == 0 ? 2 : 3;
+        } else if (i < 259) {
+            snprintf(buf, sizeof(buf), "<0x%02X>", i - 3);
+            type[i] = 6;
+        } else {
+            snprintf(buf, sizeof(buf), "\xe2\x96\x81w%d", i);
+            type[i] = 1;
+            score[i] = -(float)i;
+        }
+        if (!(tok[i] = strdup(buf)))
+            goto out;
+    }
+    if ((rc = gguf_write_str(w, "tokenizer.ggml.model", "llama")) < 0 ||
+        (rc = gguf_write_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok,
+                                 (uint64_t)n)) < 0 ||
+        (rc = gguf_write_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, score,
+                             (uint64_t)n)) < 0 ||
+        (rc = gguf_write_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, type,
+                             (uint64_t)n)) < 0 ||
+        (rc = gguf_write_u32(w, "tokenizer.ggml.unknown_token_id", 0)) < 0 ||
+        (rc = gguf_write_u32(w, "tokenizer.ggml.bos_token_id", 1)) < 0 ||
+        (rc = gguf_write_u32(w, "tokenizer.ggml.eos_token_id", 2)) < 0)
+        goto out;
+    rc = 0;
+out:
+    for (int i = 0; tok && i < n; i++)
+        free(tok[i]);
+    free(tok);
+    free(score);
+    free(type);
+    return rc;
+}
+
+/* One tensor of rows x cols (1-D when rows is 0): random with standard deviation std, or
+ * the constant fill when std is 0, stored as type. */
+static int add_tensor(struct gguf_writer *w, const struct model_gen_opts *o, const char *name,
+                      int rows, int cols, enum ggml_type type, float std, float fill)
+{
+    struct gen_rng r = {o->seed ^ name_hash(name)};
+    int n_dims = rows ? 2 : 1, nrows = rows ? rows : 1;
+    uint64_t ne[2];
+    float *row = NULL;
+    uint8_t *data = NULL;
+    size_t rb;
+    int rc = -ENOMEM;
+
+    if (o->defect_tensor && strcmp(o->defect_tensor, name) == 0) {
+        if (o->defect_rows > 0)
+            nrows = rows = o->defect_rows;
+        if (o->defect_type_set)
+            type = o->defect_type;
+    }
+    ne[0] = (uint64_t)cols;
+    ne[1] = (uint64_t)nrows;
+    if (!quant_type_supported(type)) /* a defect: zeros of the right size */
+        return gguf_write_tensor(w, name, (uint32_t)n_dims, ne, type, NULL,
+                                 gguf_tensor_bytes(type, (uint32_t)n_dims, ne));
+    rb = quant_row_bytes(type, cols);
+    if (rb == 0)
+        return -EINVAL;
+    row = malloc((size_t)cols * sizeof(float));
+    data = malloc(rb * (size_t)nrows);
+    if (!row || !data)
+        goto out;
+    for (int i = 0; i < nrows; i++) {
+        for (int j = 0; j < cols; j++)
+            row[j] = std > 0.0f ? rng_normal(&r) * std : fill;
+        if ((rc = quant_quantize_row(type, row, data + rb * (size_t)i, cols)) < 0)
+            goto out;
+    }
+    rc = gguf_write_tensor(w, name, (uint32_t)n_dims, ne, type, data, rb * (size_t)nrows);
+out:
+    free(row);
+    free(data);
+    return rc;
+}
+
+static int write_meta(struct gguf_writer *w, const struct model_gen_opts *o, const char *arch)
+{
+    char k[128], name[128];
+    int rc = 0, head_dim = o->dim / o->heads;
+
+    snprintf(name, sizeof(name), "kiln random %s %dx%d %s", arch, o->dim, o->layers,
+             quant_type_name(o->type));
+    rc = gguf_write_str(w, "general.architecture", arch);
+    rc = rc ? rc : gguf_write_str(w, "general.name", name);
+#define U32(key, v)                                                                        \
+    do {                                                                                   \
+        snprintf(k, sizeof(k), "%s.%s", arch, key);                                        \
+        rc = rc ? rc : gguf_write_u32(w, k, (uint32_t)(v));                                \
+    } while (0)
+    U32("context_length", o->ctx);
+    U32("embedding_length", o->dim);
+    U32("block_count", o->layers);
+    U32("feed_forward_length", o->ffn);
+    U32("attention.head_count", o->heads);
+    U32("attention.head_count_kv", o->kv_heads);
+    U32("rope.dimension_count", head_dim);
+#undef U32
+    snprintf(k, sizeof(k), "%s.attention.layer_norm_rms_epsilon", arch);
+    rc = rc ? rc : gguf_write_f32(w, k, 1e-5f);
+    snprintf(k, sizeof(k), "%s.rope.freq_base", arch);
+    rc = rc ? rc : gguf_write_f32(w, k, 10000.0f);
+    return rc;
+}
+
+int model_gen_write(const struct model_gen_opts *o, const char *path, char *err,
+                    size_t errlen)
+{
+    const char *arch = o->arch ? o->arch : "llama";
+    int qwen = strcmp(arch, "qwen2") == 0, n_vocab = o->n_vocab;
+    struct gguf_writer *w;
+    char name[96];
+    int rc;
+
+    if (errlen)
+        err[0] = '\0';
+    if (o->dim <= 0 || o->heads <= 0 || o->kv_heads <= 0 || o->layers <= 0 || o->ffn <= 0 ||
+        o->ctx <= 0 || o->dim % o->heads || o->heads % o->kv_heads || !quant_type_supported(o->type)) {
+        snprintf(err, errlen, "bad model shape or type");
+        return -EINVAL;
+    }
+    if (!quant_row_bytes(o->type, o->dim) || !quant_row_bytes(o->type, o->ffn)) {
+        snprintf(err, errlen, "dim %d and ffn %d must be multiples of the %s block of %d",
+                 o->dim, o->ffn, quant_type_name(o->type), quant_block_elems(o->type));
+        return -EINVAL;
+    }
+    if (!(w = gguf_writer_create(3))) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    int kv_dim = o->dim / o->heads * o->kv_heads;
+    float sd = 1.0f / sqrtf((float)o->dim), sf = 1.0f / sqrtf((float)o->ffn);
+    if ((rc = write_meta(w, o, arch)) < 0)
+        goto fail;
+    if (o->vocab_path)
+        rc = copy_vocab(w, o->vocab_path, &n_vocab, err, errlen);
+    else
+        rc = synth_vocab(w, n_vocab > 259 ? n_vocab : (n_vocab = 512));
+    if (rc < 0)
+        goto fail;
+    if ((rc = add_tensor(w, o, "token_embd.weight", n_vocab, o->dim, o->type, 1.0f, 0)) < 0 ||
+        (rc = add_tensor(w, o, "output_norm.weight", 0, o->dim, GGML_TYPE_F32, 0, 1.0f)) < 0)
+        goto fail;
+    if (!o->tied &&
+        (rc = add_tensor(w, o, "output.weight", n_vocab, o->dim, o->type, sd, 0)) < 0)
+        goto fail;
+    for (int l = 0; l < o->layers; l++) {
+        const struct {
+            const char *n;
+            int rows, cols;
+            float std;
+        } t[] = {
+            {"attn_q.weight", o->dim, o->dim, sd},     {"attn_k.weight", kv_dim, o->dim, sd},
+            {"attn_v.weight", kv_dim, o->dim, sd},     {"attn_output.weight", o->dim, o->dim, sd},
+            {"ffn_gate.weight", o->ffn, o->dim, sd},   {"ffn_up.weight", o->ffn, o->dim, sd},
+            {"ffn_down.weight", o->dim, o->ffn, sf},
+        };
+        for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+            snprintf(name, sizeof(name), "blk.%d.%s", l, t[i].n);
+            if ((rc = add_tensor(w, o, name, t[i].rows, t[i].cols, o->type, t[i].std, 0)) < 0)
+                goto fail;
+        }
+        snprintf(name, sizeof(name), "blk.%d.attn_norm.weight", l);
+        if ((rc = add_tensor(w, o, name, 0, o->dim, GGML_TYPE_F32, 0, 1.0f)) < 0)
+            goto fail;
+        snprintf(name, sizeof(name), "blk.%d.ffn_norm.weight", l);
+        if ((rc = add_tensor(w, o, name, 0, o->dim, GGML_TYPE_F32, 0, 1.0f)) < 0)
+            goto fail;
+        for (int b = 0; qwen && b < 3; b++) {
+            snprintf(name, sizeof(name), "blk.%d.attn_%c.bias", l, "qkv"[b]);
+            if ((rc = add_tensor(w, o, name, 0, b ? kv_dim : o->dim, GGML_TYPE_F32, 0.1f, 0)) <
+                0)
+                goto fail;
+        }
+        if (o->verbose)
+            fprintf(stderr, "\rmodel_gen: layer %d/%d", l + 1, o->layers);
+    }
+    if (o->verbose)
+        fprintf(stderr, "\n");
+    if ((rc = gguf_writer_write_file(w, path)) < 0)
+        snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+    gguf_writer_destroy(w);
+    return rc;
+fail:
+    if (!err[0] || rc == -ENOMEM)
+        snprintf(err, errlen, "cannot build the model: %s", strerror(-rc));
+    gguf_writer_destroy(w);
+    return rc;
+}
