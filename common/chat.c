@@ -1,0 +1,419 @@
+/* Chat templates: recognise a model's template family from distinctive substrings of its
+ * Jinja source and render messages the way that family's official template does. No Jinja
+ * interpreter: each family is written out by hand. The choices, where the official templates
+ * leave something open (a system message in a family without a system role, roles out of
+ * order), are noted at each family. */
+#include "chat.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+
+static const char *const family_names[CHAT_FAMILY_COUNT] = {
+    [CHAT_FAMILY_FALLBACK] = "fallback", [CHAT_FAMILY_CHATML] = "chatml",
+    [CHAT_FAMILY_LLAMA2] = "llama2",     [CHAT_FAMILY_LLAMA3] = "llama3",
+    [CHAT_FAMILY_MISTRAL] = "mistral",   [CHAT_FAMILY_ZEPHYR] = "zephyr",
+    [CHAT_FAMILY_PHI3] = "phi3",         [CHAT_FAMILY_GEMMA] = "gemma",
+};
+
+const char *chat_family_name(enum chat_family f)
+{
+    return (unsigned)f < CHAT_FAMILY_COUNT ? family_names[f] : NULL;
+}
+
+int chat_family_from_name(const char *name)
+{
+    for (int f = 0; f < CHAT_FAMILY_COUNT; f++)
+        if (name && !strcmp(name, family_names[f]))
+            return f;
+    return -1;
+}
+
+/* ---- detection ---- */
+
+static bool has(struct gguf_str s, const char *needle)
+{
+    size_t n = strlen(needle);
+    return s.len >= n && memmem(s.ptr, (size_t)s.len, needle, n) != NULL;
+}
+
+/* Order matters: Llama 2 templates also contain [INST], and Phi-3's and Zephyr's both use
+ * <|user|> (Zephyr ends turns with eos_token, usually not a literal </s>; Phi-3 with a
+ * literal <|end|>), so Phi-3 is tested first and any other <|user|> template is Zephyr. */
+static enum chat_family detect(struct gguf_str tmpl)
+{
+    if (has(tmpl, "<|im_start|>"))
+        return CHAT_FAMILY_CHATML;
+    if (has(tmpl, "<|start_header_id|>"))
+        return CHAT_FAMILY_LLAMA3;
+    if (has(tmpl, "<<SYS>>"))
+        return CHAT_FAMILY_LLAMA2;
+    if (has(tmpl, "[INST]"))
+        return CHAT_FAMILY_MISTRAL;
+    if (has(tmpl, "<start_of_turn>"))
+        return CHAT_FAMILY_GEMMA;
+    if (has(tmpl, "<|user|>") && has(tmpl, "<|end|>"))
+        return CHAT_FAMILY_PHI3;
+    if (has(tmpl, "<|user|>"))
+        return CHAT_FAMILY_ZEPHYR;
+    return CHAT_FAMILY_FALLBACK;
+}
+
+/* The text of special token key (an id) from tokenizer.ggml.tokens, if it fits. */
+static bool token_text(const struct gguf *g, const char *key, char *out, size_t cap)
+{
+    uint32_t id;
+    const struct gguf_kv *toks = gguf_find(g, "tokenizer.ggml.tokens");
+    if (gguf_get_u32(g, key, &id) < 0 || !toks || toks->type != GGUF_TYPE_ARRAY ||
+        toks->arr_type != GGUF_TYPE_STRING || id >= toks->arr_n)
+        return false;
+    struct gguf_str s = gguf_arr_str(toks, id);
+    if (s.len == 0 || s.len >= cap || memchr(s.ptr, '\0', (size_t)s.len))
+        return false;
+    memcpy(out, s.ptr, (size_t)s.len);
+    out[s.len] = '\0';
+    return true;
+}
+
+/* What each family's vocabulary calls BOS and EOS, for files that do not say. */
+static void family_defaults(struct chat_template *t)
+{
+    static const char *const d[CHAT_FAMILY_COUNT][2] = {
+        [CHAT_FAMILY_FALLBACK] = {"", ""},
+        [CHAT_FAMILY_CHATML] = {"", "<|im_end|>"},
+        [CHAT_FAMILY_LLAMA2] = {"<s>", "</s>"},
+        [CHAT_FAMILY_LLAMA3] = {"<|begin_of_text|>", "<|eot_id|>"},
+        [CHAT_FAMILY_MISTRAL] = {"<s>", "</s>"},
+        [CHAT_FAMILY_ZEPHYR] = {"<s>", "</s>"},
+        [CHAT_FAMILY_PHI3] = {"<s>", "<|endoftext|>"},
+        [CHAT_FAMILY_GEMMA] = {"<bos>", "<eos>"},
+    };
+    snprintf(t->bos, sizeof(t->bos), "%s", d[t->family][0]);
+    snprintf(t->eos, sizeof(t->eos), "%s", d[t->family][1]);
+}
+
+void chat_template_from_gguf(struct chat_template *t, const struct gguf *g)
+{
+    struct gguf_str tmpl = {"", 0};
+
+    memset(t, 0, sizeof(*t));
+    if (g)
+        (void)gguf_get_str(g, "tokenizer.chat_template", &tmpl); /* absent: fallback */
+    t->family = detect(tmpl);
+    family_defaults(t);
+    if (g) {
+        char buf[sizeof(t->bos)];
+        if (token_text(g, "tokenizer.ggml.bos_token_id", buf, sizeof(buf)))
+            memcpy(t->bos, buf, sizeof(buf));
+        if (token_text(g, "tokenizer.ggml.eos_token_id", buf, sizeof(buf)))
+            memcpy(t->eos, buf, sizeof(buf));
+    }
+}
+
+/* ---- rendering ---- */
+
+struct sb {
+    char *p;
+    size_t len, cap;
+    bool oom;
+};
+
+static void sb_putn(struct sb *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (n + 1 > b->cap - b->len) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (n + 1 > cap - b->len)
+            cap *= 2;
+        char *np = realloc(b->p, cap);
+        if (!np) {
+            b->oom = true;
+            return;
+        }
+        b->p = np;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_put(struct sb *b, const char *s)
+{
+    sb_putn(b, s, strlen(s));
+}
+
+static bool is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+/* Content with leading and trailing whitespace removed (Jinja's trim, Python's strip). */
+static void sb_put_trimmed(struct sb *b, const char *s)
+{
+    size_t n = strlen(s);
+    while (n && is_space(*s))
+        s++, n--;
+    while (n && is_space(s[n - 1]))
+        n--;
+    sb_putn(b, s, n);
+}
+
+enum role { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT };
+
+static int parse_role(const char *r)
+{
+    if (!r)
+        return -1;
+    if (!strcmp(r, "system"))
+        return ROLE_SYSTEM;
+    if (!strcmp(r, "user"))
+        return ROLE_USER;
+    if (!strcmp(r, "assistant"))
+        return ROLE_ASSISTANT;
+    return -1;
+}
+
+/* "<|im_start|>{role}\n{content}<|im_end|>\n", as Qwen's and SmolLM's templates write it. No
+ * default system message is added (Qwen 2's template adds one; that is Qwen's choice). */
+static void render_chatml(struct sb *b, const struct chat_msg *m, size_t n, bool gen)
+{
+    for (size_t i = 0; i < n; i++) {
+        sb_put(b, "<|im_start|>");
+        sb_put(b, m[i].role);
+        sb_put(b, "\n");
+        sb_put(b, m[i].content);
+        sb_put(b, "<|im_end|>\n");
+    }
+    if (gen)
+        sb_put(b, "<|im_start|>assistant\n");
+}
+
+/* Llama 3: BOS once, each message's content trimmed, the header of the assistant's turn as
+ * the generation prompt. */
+static void render_llama3(struct sb *b, const struct chat_template *t, const struct chat_msg *m,
+                          size_t n, bool gen)
+{
+    sb_put(b, t->bos);
+    for (size_t i = 0; i < n; i++) {
+        sb_put(b, "<|start_header_id|>");
+        sb_put(b, m[i].role);
+        sb_put(b, "<|end_header_id|>\n\n");
+        sb_put_trimmed(b, m[i].content);
+        sb_put(b, "<|eot_id|>");
+    }
+    if (gen)
+        sb_put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+/* Families without a system role (Llama 2, Mistral, Gemma) hold a system message and fold it
+ * into the next user turn; the official templates handle only a leading one, and this is the
+ * same there. A system message with no user turn after it becomes a user turn of its own. */
+/* Llama 2: every user turn is "<s>[INST] {content} [/INST]" with content stripped, the first
+ * carrying "<<SYS>>\n{system}\n<</SYS>>\n\n"; an assistant turn is " {content} </s>". The
+ * prompt already ends at [/INST], so there is no generation prompt to add. */
+static void llama2_user(struct sb *b, const struct chat_template *t, const char *sys,
+                        const char *content)
+{
+    struct sb c = {0};
+    if (sys) {
+        sb_put(&c, "<<SYS>>\n");
+        sb_put(&c, sys);
+        sb_put(&c, "\n<</SYS>>\n\n");
+    }
+    sb_put(&c, content);
+    sb_put(b, t->bos);
+    sb_put(b, "[INST] ");
+    sb_put_trimmed(b, c.p ? c.p : "");
+    sb_put(b, " [/INST]");
+    b->oom |= c.oom;
+    free(c.p);
+}
+
+static void render_llama2(struct sb *b, const struct chat_template *t, const struct chat_msg *m,
+                          size_t n)
+{
+    const char *sys = NULL;
+    for (size_t i = 0; i < n; i++) {
+        switch (parse_role(m[i].role)) {
+        case ROLE_SYSTEM: sys = m[i].content; break;
+        case ROLE_USER:
+            llama2_user(b, t, sys, m[i].content);
+            sys = NULL;
+            break;
+        default:
+            sb_put(b, " ");
+            sb_put_trimmed(b, m[i].content);
+            sb_put(b, " ");
+            sb_put(b, t->eos);
+        }
+    }
+    if (sys)
+        llama2_user(b, t, sys, "");
+}
+
+/* Mistral Instruct v0.1: BOS once, "[INST] {user} [/INST]" and "{assistant}</s>" with no
+ * spaces between turns. v0.1 refuses a system message; like v0.2's template, kiln prepends
+ * it to the next user message with a blank line. */
+static void mistral_user(struct sb *b, const char *sys, const char *content)
+{
+    sb_put(b, "[INST] ");
+    if (sys) {
+        sb_put(b, sys);
+        sb_put(b, "\n\n");
+    }
+    sb_put(b, content);
+    sb_put(b, " [/INST]");
+}
+
+static void render_mistral(struct sb *b, const struct chat_template *t, const struct chat_msg *m,
+                           size_t n)
+{
+    const char *sys = NULL;
+    sb_put(b, t->bos);
+    for (size_t i = 0; i < n; i++) {
+        switch (parse_role(m[i].role)) {
+        case ROLE_SYSTEM: sys = m[i].content; break;
+        case ROLE_USER:
+            mistral_user(b, sys, m[i].content);
+            sys = NULL;
+            break;
+        default:
+            sb_put(b, m[i].content);
+            sb_put(b, t->eos);
+        }
+    }
+    if (sys)
+        mistral_user(b, sys, "");
+}
+
+/* Zephyr (and TinyLlama chat): "<|{role}|>\n{content}</s>\n"; the newline after EOS is the
+ * template's own text between its Jinja tags. Generation prompt "<|assistant|>\n". */
+static void render_zephyr(struct sb *b, const struct chat_template *t, const struct chat_msg *m,
+                          size_t n, bool gen)
+{
+    for (size_t i = 0; i < n; i++) {
+        sb_put(b, "<|");
+        sb_put(b, m[i].role);
+        sb_put(b, "|>\n");
+        sb_put(b, m[i].content);
+        sb_put(b, t->eos);
+        sb_put(b, "\n");
+    }
+    if (gen)
+        sb_put(b, "<|assistant|>\n");
+}
+
+/* Phi-3: "<|{role}|>\n{content}<|end|>\n", then "<|assistant|>\n"; without a generation
+ * prompt the official template closes with the EOS text, and so does kiln. */
+static void render_phi3(struct sb *b, const struct chat_template *t, const struct chat_msg *m,
+                        size_t n, bool gen)
+{
+    for (size_t i = 0; i < n; i++) {
+        sb_put(b, "<|");
+        sb_put(b, m[i].role);
+        sb_put(b, "|>\n");
+        sb_put(b, m[i].content);
+        sb_put(b, "<|end|>\n");
+    }
+    sb_put(b, gen ? "<|assistant|>\n" : t->eos);
+}
+
+/* Gemma: BOS once, "<start_of_turn>{user|model}\n{content trimmed}<end_of_turn>\n", then
+ * "<start_of_turn>model\n". Gemma 1/2 refuse a system message; like Gemma 3's template, kiln
+ * puts it before the next user message's content with a blank line. */
+static void gemma_user(struct sb *b, const char *sys, const char *content)
+{
+    sb_put(b, "<start_of_turn>user\n");
+    if (sys) {
+        sb_put(b, sys);
+        sb_put(b, "\n\n");
+    }
+    sb_put_trimmed(b, content);
+    sb_put(b, "<end_of_turn>\n");
+}
+
+static void render_gemma(struct sb *b, const struct chat_template *t, const struct chat_msg *m,
+                         size_t n, bool gen)
+{
+    const char *sys = NULL;
+    sb_put(b, t->bos);
+    for (size_t i = 0; i < n; i++) {
+        switch (parse_role(m[i].role)) {
+        case ROLE_SYSTEM: sys = m[i].content; break;
+        case ROLE_USER:
+            gemma_user(b, sys, m[i].content);
+            sys = NULL;
+            break;
+        default:
+            sb_put(b, "<start_of_turn>model\n");
+            sb_put_trimmed(b, m[i].content);
+            sb_put(b, "<end_of_turn>\n");
+        }
+    }
+    if (sys)
+        gemma_user(b, sys, "");
+    if (gen)
+        sb_put(b, "<start_of_turn>model\n");
+}
+
+/* Fallback: "{role}: {content}\n" per message, then "assistant:" as the generation prompt. */
+static void render_fallback(struct sb *b, const struct chat_msg *m, size_t n, bool gen)
+{
+    for (size_t i = 0; i < n; i++) {
+        sb_put(b, m[i].role);
+        sb_put(b, ": ");
+        sb_put(b, m[i].content);
+        sb_put(b, "\n");
+    }
+    if (gen)
+        sb_put(b, "assistant:");
+}
+
+char *chat_render(const struct chat_template *t, const struct chat_msg *msgs, size_t n,
+                  bool add_generation_prompt, char *err, size_t errlen)
+{
+    struct sb b = {0};
+    struct chat_msg *m = NULL;
+
+    if (n) {
+        /* a NULL content renders as empty; roles are checked before anything is written */
+        if (!(m = calloc(n, sizeof(*m)))) {
+            snprintf(err, errlen, "out of memory");
+            return NULL;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (parse_role(msgs[i].role) < 0) {
+                snprintf(err, errlen, "message %zu: unknown role '%.64s' (want system, user or "
+                                      "assistant)",
+                         i, msgs[i].role ? msgs[i].role : "(null)");
+                free(m);
+                return NULL;
+            }
+            m[i].role = msgs[i].role;
+            m[i].content = msgs[i].content ? msgs[i].content : "";
+        }
+    }
+    sb_put(&b, ""); /* an empty conversation still gives a string */
+    switch (t->family) {
+    case CHAT_FAMILY_CHATML: render_chatml(&b, m, n, add_generation_prompt); break;
+    case CHAT_FAMILY_LLAMA2: render_llama2(&b, t, m, n); break;
+    case CHAT_FAMILY_LLAMA3: render_llama3(&b, t, m, n, add_generation_prompt); break;
+    case CHAT_FAMILY_MISTRAL: render_mistral(&b, t, m, n); break;
+    case CHAT_FAMILY_ZEPHYR: render_zephyr(&b, t, m, n, add_generation_prompt); break;
+    case CHAT_FAMILY_PHI3: render_phi3(&b, t, m, n, add_generation_prompt); break;
+    case CHAT_FAMILY_GEMMA: render_gemma(&b, t, m, n, add_generation_prompt); break;
+    default: render_fallback(&b, m, n, add_generation_prompt); break;
+    }
+    free(m);
+    if (b.oom) {
+        free(b.p);
+        snprintf(err, errlen, "out of memory rendering the prompt");
+        return NULL;
+    }
+    return b.p;
+}
