@@ -57,6 +57,10 @@ static int read_config(struct llama *L, char *err, size_t errlen)
         msg(err, errlen, "%s: no general.architecture: not a model file", g->path);
         return -EINVAL;
     }
+    if (g->n_tensors == 0) {
+        msg(err, errlen, "%s: no tensors: not a model file (a vocabulary-only GGUF?)", g->path);
+        return -EINVAL;
+    }
     if (gguf_str_eq(s, "llama")) {
         c->neox = 0;
     } else if (gguf_str_eq(s, "qwen2")) {
