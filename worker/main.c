@@ -16,6 +16,7 @@
 #include "shm_region.h"
 #include "loop.h"
 #include "model.h"
+#include "model_llama.h"
 #include "model_mock.h"
 #include "wire.h"
 
@@ -146,8 +147,16 @@ static struct model *load_model(const struct worker_args *a)
             fprintf(stderr, "kiln-worker: mock model: %s\n", err);
         return m;
     }
-    fprintf(stderr, "kiln-worker: GGUF models are not built yet\n");
-    return NULL;
+    struct model_llama_opts lo = {
+        .max_sequences = (uint32_t)a->max_sequences,
+        .ctx = (uint32_t)a->ctx,
+        .threads = (int)a->threads,
+    };
+
+    m = model_llama_create(a->model, &lo, err, sizeof(err));
+    if (!m)
+        fprintf(stderr, "kiln-worker: %s\n", err);
+    return m;
 }
 
 int main(int argc, char **argv)
