@@ -1,5 +1,5 @@
-/* The model's thread pool: a generation counter announces a run, tasks are claimed from an
- * atomic counter, a pending counter tells the caller when the run is over. Both waits spin a
+/* The model's thread pool: a ticket holds the run's tasks, a generation counter wakes the
+ * workers, a done counter tells the caller when the run is over. Both waits spin a
  * little, then sleep on a futex (Dekker-style: a sleeper publishes its intent, re-checks,
  * and only then sleeps; the other side wakes only when someone said it sleeps). */
 #include "threadpool.h"
@@ -24,24 +24,34 @@ struct threadpool_worker {
     pthread_t tid;
 };
 
-/* Synchronization:
- *  fn, ctx, n_tasks: written by the caller before gen is bumped (release), read by workers
- *                    after they see the new gen (acquire); constant during a run.
- *  next: claimed by everyone during a run (relaxed fetch_add; results land in disjoint rows).
- *  pending: workers still in the run; set by the caller before the bump, decremented by each
- *           worker when it is done (release); the caller reads it (acquire).
- *  sleepers / caller_waiting: intents to sleep on gen / pending (seq_cst with the re-check). */
+/* A run's tasks are claimed through one 64-bit ticket: run id (28 bits), task count (18),
+ * next task (18). A thread claims task i of whatever run the ticket holds by CAS, so a
+ * worker that wakes late (descheduled on a busy machine) can never run a stale or future
+ * run's task, and the caller never waits for a worker that found nothing to do: a run ends
+ * when its done count reaches its task count.
+ *
+ * Synchronization:
+ *  fn, ctx, base: written by the caller before it publishes the run's ticket (release), read
+ *                 by a thread only after a successful claim (acq_rel CAS) of that run, and not
+ *                 rewritten until every claimed task is done (done, acquire by the caller).
+ *  done: tasks finished in the current run; incremented (release) after each task.
+ *  gen: bumped after each ticket is published; only for sleeping and waking.
+ *  sleepers / caller_waiting: intents to sleep on gen / done (seq_cst with the re-check). */
+#define TICKET_BITS 18
+#define TICKET_MAX  ((1u << TICKET_BITS) - 1)
+
 struct threadpool {
     int n_threads;
     threadpool_fn fn;
     void *ctx;
-    int n_tasks;
+    int base;
+    _Atomic uint64_t ticket;
+    _Atomic uint32_t done;
     _Atomic uint32_t gen;
-    _Atomic int next;
-    _Atomic uint32_t pending;
     _Atomic int sleepers;
     _Atomic int caller_waiting;
     _Atomic int stop;
+    uint32_t run_id;
     struct threadpool_worker *workers;
 };
 
@@ -57,13 +67,21 @@ static inline void cpu_relax(void)
 #endif
 }
 
+/* Claims and runs tasks of the current run until none is left. */
 static void run_tasks(struct threadpool *p, int thread)
 {
     for (;;) {
-        int i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
-        if (i >= p->n_tasks)
-            break;
-        p->fn(p->ctx, i, thread);
+        uint64_t t = atomic_load_explicit(&p->ticket, memory_order_acquire);
+        uint32_t n = (uint32_t)(t >> TICKET_BITS) & TICKET_MAX, i = (uint32_t)t & TICKET_MAX;
+        if (i >= n)
+            return;
+        if (!atomic_compare_exchange_weak_explicit(&p->ticket, &t, t + 1, memory_order_acq_rel,
+                                                   memory_order_relaxed))
+            continue;
+        p->fn(p->ctx, p->base + (int)i, thread);
+        /* seq_cst: pairs with the caller's caller_waiting store and re-check */
+        if (atomic_fetch_add(&p->done, 1) + 1 == n && atomic_load(&p->caller_waiting))
+            (void)futex(&p->done, FUTEX_WAKE_PRIVATE, 1);
     }
 }
 
@@ -98,9 +116,6 @@ static void *worker_main(void *arg)
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
             return NULL;
         run_tasks(p, w->index);
-        /* seq_cst: pairs with the caller's caller_waiting store and re-check */
-        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_waiting))
-            (void)futex(&p->pending, FUTEX_WAKE_PRIVATE, 1);
     }
 }
 
@@ -162,6 +177,39 @@ int threadpool_threads(const struct threadpool *p)
     return p ? p->n_threads : 1;
 }
 
+/* One run of n_tasks (<= TICKET_MAX) tasks, numbered from base. */
+static void run_chunk(struct threadpool *p, threadpool_fn fn, void *ctx, int base,
+                      uint32_t n_tasks)
+{
+    p->fn = fn;
+    p->ctx = ctx;
+    p->base = base;
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    p->run_id = (p->run_id + 1) & ((1u << (64 - 2 * TICKET_BITS)) - 1);
+    atomic_store_explicit(&p->ticket,
+                          (uint64_t)p->run_id << (2 * TICKET_BITS) |
+                              (uint64_t)n_tasks << TICKET_BITS,
+                          memory_order_release);
+    announce(p);
+    run_tasks(p, 0);
+
+    uint32_t d;
+    for (int i = 0; i < THREADPOOL_SPIN; i++) {
+        if (atomic_load_explicit(&p->done, memory_order_acquire) == n_tasks)
+            return;
+        cpu_relax();
+    }
+    for (;;) {
+        atomic_store(&p->caller_waiting, 1);
+        d = atomic_load(&p->done); /* re-check after publishing the intent */
+        if (d != n_tasks)
+            (void)futex(&p->done, FUTEX_WAIT_PRIVATE, d);
+        atomic_store(&p->caller_waiting, 0);
+        if (atomic_load_explicit(&p->done, memory_order_acquire) == n_tasks)
+            return;
+    }
+}
+
 void threadpool_run(struct threadpool *p, threadpool_fn fn, void *ctx, int n_tasks)
 {
     if (n_tasks <= 0)
@@ -171,27 +219,9 @@ void threadpool_run(struct threadpool *p, threadpool_fn fn, void *ctx, int n_tas
             fn(ctx, i, 0);
         return;
     }
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n_tasks = n_tasks;
-    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->pending, (uint32_t)p->n_threads - 1, memory_order_relaxed);
-    announce(p);
-    run_tasks(p, 0);
-
-    uint32_t left;
-    for (int i = 0; i < THREADPOOL_SPIN; i++) {
-        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0)
-            return;
-        cpu_relax();
-    }
-    for (;;) {
-        atomic_store(&p->caller_waiting, 1);
-        left = atomic_load(&p->pending); /* re-check after publishing the intent */
-        if (left != 0)
-            (void)futex(&p->pending, FUTEX_WAIT_PRIVATE, left);
-        atomic_store(&p->caller_waiting, 0);
-        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0)
-            return;
+    for (int base = 0; base < n_tasks; base += (int)TICKET_MAX) {
+        uint32_t n = (uint32_t)(n_tasks - base) < TICKET_MAX ? (uint32_t)(n_tasks - base)
+                                                             : TICKET_MAX;
+        run_chunk(p, fn, ctx, base, n);
     }
 }

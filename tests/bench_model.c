@@ -1,0 +1,163 @@
+/* The engine's speed on real model shapes with random weights: prompt processing (tok/s for
+ * 128- and 512-token prompts), decode tok/s at batch 1, 4, 8 and 16, and the machine's
+ * memory read bandwidth with the batch-1 limit it implies (bandwidth / weight bytes per
+ * token). Models are generated once into $KILN_BIN_DIR/bench-models and reused.
+ * KILN_BENCH_MODELS=smollm-q8_0,... picks a subset; KILN_THREADS sets the threads. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../worker/kernels.h"
+#include "../worker/model_llama.h"
+#include "lib/model_gen.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* GB/s of a plain read loop over 512 MiB, the best of three. */
+static double read_bandwidth(void)
+{
+    size_t n = (512u << 20) / sizeof(uint64_t);
+    uint64_t *buf = malloc(n * sizeof(uint64_t));
+    double best = 0.0;
+    volatile uint64_t sink;
+
+    if (!buf)
+        return 0.0;
+    for (size_t i = 0; i < n; i++)
+        buf[i] = i;
+    for (int r = 0; r < 3; r++) {
+        uint64_t a = 0, b = 0, c = 0, d = 0;
+        double t0 = now();
+        for (size_t i = 0; i < n; i += 4) {
+            a += buf[i];
+            b += buf[i + 1];
+            c += buf[i + 2];
+            d += buf[i + 3];
+        }
+        double dt = now() - t0;
+        sink = a + b + c + d;
+        if ((double)(n * sizeof(uint64_t)) / dt / 1e9 > best)
+            best = (double)(n * sizeof(uint64_t)) / dt / 1e9;
+    }
+    (void)sink;
+    free(buf);
+    return best;
+}
+
+static void fill_prompt(uint32_t *p, uint32_t n, uint32_t n_vocab, uint32_t salt)
+{
+    for (uint32_t i = 0; i < n; i++)
+        p[i] = 300u + (i * 7919u + salt * 104729u) % (n_vocab - 300u);
+}
+
+static void bench_one(const char *path, int threads, double bw)
+{
+    struct model_llama_opts o = {.max_sequences = 16, .ctx = 1024, .threads = threads,
+                                 .quiet = 1};
+    char err[256];
+    struct model *m = model_llama_create(path, &o, err, sizeof(err));
+    if (!m) {
+        printf("  %s: %s\n", path, err);
+        return;
+    }
+    uint32_t nv = m->n_vocab, prompt[512], toks[16];
+    float *lg = malloc((size_t)16 * nv * sizeof(float));
+    struct model_result res[16];
+    int slots[16];
+    double wb = (double)model_llama_weight_bytes(m);
+
+    printf("%s: %.0f MiB of weights per token, %d threads, %s kernels\n", m->name,
+           wb / (1 << 20), threads, kern_ops_select()->name);
+    static const uint32_t plen[] = {128, 512};
+    for (int i = 0; i < 2; i++) {
+        fill_prompt(prompt, plen[i], nv, (uint32_t)i);
+        double t0 = now();
+        if (model_prefill(m, 0, prompt, plen[i], lg) < 0) {
+            printf("  prefill: %s\n", m->error);
+            break;
+        }
+        double dt = now() - t0;
+        printf("  prompt %3u tokens: %8.1f tok/s (%.2f s)\n", plen[i], plen[i] / dt, dt);
+        model_seq_free(m, 0);
+    }
+    static const int batches[] = {1, 4, 8, 16};
+    for (int bi = 0; bi < 4; bi++) {
+        int b = batches[bi], steps = b == 1 ? 8 : 4;
+        for (int s = 0; s < b; s++) {
+            slots[s] = s;
+            fill_prompt(prompt, 16, nv, 10u + (uint32_t)s);
+            (void)model_prefill(m, s, prompt, 16, lg);
+            toks[s] = prompt[15];
+        }
+        (void)model_decode_batch(m, slots, toks, b, lg, res); /* warm */
+        double t0 = now();
+        for (int st = 0; st < steps; st++)
+            (void)model_decode_batch(m, slots, toks, b, lg, res);
+        double dt = now() - t0;
+        printf("  decode batch %2d: %8.1f tok/s (%.1f ms/step)\n", b, b * steps / dt,
+               dt / steps * 1e3);
+        for (int s = 0; s < b; s++)
+            model_seq_free(m, s);
+    }
+    printf("  batch-1 limit from bandwidth: %.1f tok/s (%.1f GB/s / %.0f MiB)\n", bw * 1e9 / wb,
+           bw, wb / (1 << 20));
+    free(lg);
+    model_destroy(m);
+}
+
+int main(void)
+{
+    const char *bin = getenv("KILN_BIN_DIR"), *shared = getenv("KILN_SHARED");
+    const char *pick = getenv("KILN_BENCH_MODELS");
+    char dir[512], path[600], vocab[512];
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = getenv("KILN_THREADS") ? atoi(getenv("KILN_THREADS")) : (int)ncpu;
+    static const struct {
+        const char *name, *preset, *vocab;
+        enum ggml_type type;
+    } models[] = {
+        {"smollm-q8_0", "smollm", "ggml-vocab-gpt-2.gguf", GGML_TYPE_Q8_0},
+        {"tinyllama-q8_0", "tinyllama", "ggml-vocab-llama-spm.gguf", GGML_TYPE_Q8_0},
+        {"tinyllama-q4_k", "tinyllama", "ggml-vocab-llama-spm.gguf", GGML_TYPE_Q4_K},
+    };
+
+    snprintf(dir, sizeof(dir), "%s/bench-models", bin ? bin : "build");
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+        perror(dir);
+        return 1;
+    }
+    double bw = read_bandwidth();
+    printf("memory read bandwidth: %.1f GB/s (one thread, plain loop)\n", bw);
+    for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
+        struct stat st;
+        if (pick && !strstr(pick, models[i].name))
+            continue;
+        snprintf(path, sizeof(path), "%s/%s.gguf", dir, models[i].name);
+        if (stat(path, &st) < 0) {
+            struct model_gen_opts o = {.type = models[i].type, .seed = 1, .verbose = 1};
+            char err[256];
+            snprintf(vocab, sizeof(vocab), "%s/vocab/%s", shared ? shared : "../shared",
+                     models[i].vocab);
+            o.vocab_path = vocab;
+            (void)model_gen_preset(&o, models[i].preset);
+            fprintf(stderr, "generating %s\n", path);
+            if (model_gen_write(&o, path, err, sizeof(err)) < 0) {
+                fprintf(stderr, "%s: %s\n", path, err);
+                return 1;
+            }
+        }
+        bench_one(path, threads > 0 ? threads : 1, bw);
+        fflush(stdout);
+    }
+    return 0;
+}
