@@ -45,8 +45,21 @@ static void queue_prune(struct queue *q)
     }
 }
 
+/* No worker runs or will run again: nothing queued can be served. */
+static void queue_fail_all(struct queue *q)
+{
+    struct request *r;
+    while ((r = TAILQ_FIRST(&q->waiting))) {
+        queue_remove(q, r);
+        request_fail(r, 503, "server_error", "no worker is available (see /health)", NULL,
+                     "no_worker");
+    }
+}
+
 int queue_admit(struct queue *q, struct request *r)
 {
+    if (!workers_any_hope(q->f->workers))
+        return -ENODEV;
     if (q->n >= q->max)
         queue_prune(q);
     if (q->n >= q->max && !(q->n == 0 && workers_pick(q->f->workers))) {
@@ -97,4 +110,6 @@ void queue_dispatch(struct queue *q)
         r->worker = w;
         r->started = false;
     }
+    if (q->n > 0 && !workers_any_hope(q->f->workers))
+        queue_fail_all(q);
 }

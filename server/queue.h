@@ -23,7 +23,9 @@ struct queue {
 
 void queue_init(struct queue *q, struct front *f, uint32_t max_waiting);
 
-/* Append r and dispatch. Returns 0, or -EBUSY when the queue is full (r is not queued). */
+/* Append r and dispatch. Returns 0, -EBUSY when the queue is full, or -ENODEV when no worker
+ * runs or will run again (r is not queued then). Queued requests are failed with 503 once
+ * every worker has failed for good. */
 int queue_admit(struct queue *q, struct request *r);
 
 /* Put r back at the head (its worker died before starting it) and dispatch. */

@@ -374,6 +374,11 @@ int request_start(struct request *r)
         return rc;
     }
     rc = queue_admit(&r->f->queue, r);
+    if (rc == -ENODEV) {
+        request_fail(r, 503, "server_error", "no worker is available (see /health)", NULL,
+                     "no_worker");
+        return rc;
+    }
     if (rc == -EBUSY) {
         request_fail(r, 503, "server_error", "the server is busy; retry later", NULL,
                      "server_busy");

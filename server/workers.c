@@ -118,6 +118,16 @@ struct worker *workers_pick(struct workers *ws)
     return best;
 }
 
+bool workers_any_hope(struct workers *ws)
+{
+    for (uint32_t i = 0; i < ws->n; i++) {
+        enum worker_life l = worker_life_get(&ws->w[i]);
+        if (l == WORKER_LIFE_STARTING || l == WORKER_LIFE_READY || l == WORKER_LIFE_BACKOFF)
+            return true;
+    }
+    return false;
+}
+
 bool workers_any_ready(struct workers *ws)
 {
     for (uint32_t i = 0; i < ws->n; i++)

@@ -78,6 +78,9 @@ const char *worker_life_name(enum worker_life l);
 /* The alive worker with the fewest taken slots and at least one free, or NULL. */
 struct worker *workers_pick(struct workers *ws);
 
+/* Whether any worker runs or will run again (starting, ready or in backoff). */
+bool workers_any_hope(struct workers *ws);
+
 /* Whether any worker is READY. */
 bool workers_any_ready(struct workers *ws);
 

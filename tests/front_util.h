@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include <jansson.h>
 
@@ -183,6 +184,18 @@ static inline struct kiln_proc *front_start(const char *const *args)
         return NULL;
     }
     return p;
+}
+
+/* Stop kiln (SIGTERM) and free it. Returns 0 when it exited with status 0 (a clean shutdown,
+ * and under ASan no leak or error report), -1 otherwise (its output is printed). */
+static inline int front_stop(struct kiln_proc *p)
+{
+    int st = kiln_stop(p);
+    int rc = (st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0) ? 0 : -1;
+    if (rc < 0)
+        fprintf(stderr, "kiln did not exit cleanly (status %d):\n%s\n", st, kiln_output(p));
+    kiln_destroy(p);
+    return rc;
 }
 
 #endif

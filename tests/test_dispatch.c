@@ -46,8 +46,7 @@ static int setup_two_faulty(void **state)
 
 static int teardown(void **state)
 {
-    kiln_destroy(*state);
-    return 0;
+    return front_stop(*state);
 }
 
 static bool one_waiting(void *arg)

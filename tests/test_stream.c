@@ -43,8 +43,7 @@ static int setup_one_slow_slot(void **state)
 
 static int teardown(void **state)
 {
-    kiln_destroy(*state);
-    return 0;
+    return front_stop(*state);
 }
 
 struct stream_job {
