@@ -1,6 +1,7 @@
 /* Integration tests of kiln's streams: many concurrent SSE streams over two workers all
  * complete, and a client that leaves (mid-stream or while queued) gives its slot back. */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -148,9 +149,51 @@ static void test_stream_disconnect_while_queued_drops_it(void **state)
     assert_true(wait_until(no_running, &port, 3000));
 }
 
+/* CPU ticks (utime + stime) of pid, or -1. */
+static long long cpu_ticks(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    unsigned long long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    return (long long)(ut + st);
+}
+
+static long long tree_ticks(pid_t kiln)
+{
+    pid_t kids[8];
+    int n = proc_children(kiln, kids, 8);
+    long long t = cpu_ticks(kiln);
+    for (int i = 0; i < n && i < 8; i++)
+        t += cpu_ticks(kids[i]);
+    return t;
+}
+
+static void test_stream_idle_kiln_uses_no_cpu(void **state)
+{
+    pid_t pid = kiln_pid(*state);
+    assert_int_equal(proc_children(pid, NULL, 0), 2);
+    long long before = tree_ticks(pid);
+    /* a measurement window, not a synchronisation: nothing should happen in it */
+    poll(NULL, 0, 2000);
+    long long used = tree_ticks(pid) - before;
+    /* 2 s of three idle processes: at most a few ticks (10 ms each) of timers */
+    assert_true(used >= 0 && used <= 5);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_stream_idle_kiln_uses_no_cpu, setup_two_workers,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_stream_64_concurrent_streams_complete,
                                         setup_two_workers, teardown),
         cmocka_unit_test_setup_teardown(test_stream_disconnect_mid_stream_frees_the_slot,

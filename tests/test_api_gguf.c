@@ -1,0 +1,82 @@
+/* Integration test of kiln with a real GGUF model (../shared/models/stories260K.gguf): the
+ * front reads the file's name, context, tokenizer and template, the worker runs the engine,
+ * and greedy decoding of "Once upon a time" tells the Lily story, whole and streamed alike. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "front_util.h"
+
+static char model_path[4096];
+
+static int setup(void **state)
+{
+    const char *shared = getenv("KILN_SHARED");
+    snprintf(model_path, sizeof(model_path), "%s/models/stories260K.gguf",
+             shared ? shared : "../shared");
+    if (access(model_path, R_OK) != 0) {
+        fprintf(stderr, "no %s\n", model_path);
+        return -1;
+    }
+    const char *args[] = {"--model", model_path, "--workers", "1", "--threads", "1", NULL};
+    struct kiln_proc *p = front_start(args);
+    if (!p)
+        return -1;
+    *state = p;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    return front_stop(*state);
+}
+
+static void test_api_gguf_tells_the_story_whole_and_streamed(void **state)
+{
+    int port = kiln_port(*state);
+    const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0}";
+    json_t *j;
+    assert_int_equal(front_call(port, "POST", "/v1/completions", body, &j, NULL), 200);
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    const char *text = json_string_value(json_object_get(c, "text"));
+    assert_non_null(text);
+    assert_non_null(strstr(text, "Lily"));
+    long long prompt = json_integer_value(json_object_get(json_object_get(j, "usage"),
+                                                          "prompt_tokens"));
+    assert_true(prompt > 1);
+
+    struct front_stream s;
+    assert_int_equal(front_stream_collect(port, "/v1/completions",
+                                          "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,"
+                                          "\"temperature\":0,\"stream\":true,"
+                                          "\"stream_options\":{\"include_usage\":true}}",
+                                          &s, 20000),
+                     0);
+    assert_string_equal(s.text, text);
+    assert_int_equal(s.prompt_tokens, prompt);
+    assert_int_equal(s.completion_tokens, 40);
+    assert_string_equal(s.finish, "length");
+    json_decref(j);
+
+    assert_int_equal(front_call(port, "GET", "/v1/models", NULL, &j, NULL), 200);
+    json_t *m = json_array_get(json_object_get(j, "data"), 0);
+    assert_true(json_integer_value(json_object_get(m, "context_length")) > 0);
+    json_decref(j);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_api_gguf_tells_the_story_whole_and_streamed, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests_name("api_gguf", tests, NULL, NULL);
+}
