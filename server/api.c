@@ -409,7 +409,10 @@ static int parse_logit_bias(struct request *r, json_t *o, struct perr *e)
     return 0;
 }
 
-/* The fields both routes share: stream, limits, stop strings, sampling. */
+/* The fields both routes share: stream, limits, stop strings, sampling. Sampling starts from
+ * proto_sampling_init (greedy) and takes each field the request gives: a request without
+ * "temperature" is decoded greedily, not at OpenAI's default of 1, so replies are
+ * reproducible unless asked otherwise. */
 static int parse_common(struct request *r, json_t *o, uint32_t *max_tokens, struct perr *e)
 {
     struct proto_sampling *s = &r->sampling;
