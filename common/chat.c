@@ -5,6 +5,7 @@
  * order), are noted at each family. */
 #include "chat.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,6 +120,8 @@ struct sb {
     char *p;
     size_t len, cap;
     bool oom;
+    struct tokenizer_span *spans; /* where message content was written */
+    size_t n_spans, cap_spans;
 };
 
 static void sb_putn(struct sb *b, const char *s, size_t n)
@@ -152,15 +155,50 @@ static bool is_space(char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
-/* Content with leading and trailing whitespace removed (Jinja's trim, Python's strip). */
-static void sb_put_trimmed(struct sb *b, const char *s)
+/* Message content: written like any text, and its range recorded (joined with the previous
+ * range when they touch) so the tokenizer reads it as ordinary characters. */
+static void sb_content_n(struct sb *b, const char *s, size_t n)
 {
-    size_t n = strlen(s);
-    while (n && is_space(*s))
-        s++, n--;
+    size_t off = b->len;
+    sb_putn(b, s, n);
+    if (b->oom || n == 0)
+        return;
+    if (b->n_spans && b->spans[b->n_spans - 1].off + b->spans[b->n_spans - 1].len == off) {
+        b->spans[b->n_spans - 1].len += n;
+        return;
+    }
+    if (b->n_spans == b->cap_spans) {
+        size_t cap = b->cap_spans ? 2 * b->cap_spans : 16;
+        struct tokenizer_span *ns = realloc(b->spans, cap * sizeof(*ns));
+        if (!ns) {
+            b->oom = true;
+            return;
+        }
+        b->spans = ns;
+        b->cap_spans = cap;
+    }
+    b->spans[b->n_spans++] = (struct tokenizer_span){.off = off, .len = n};
+}
+
+static void sb_content(struct sb *b, const char *s)
+{
+    sb_content_n(b, s, strlen(s));
+}
+
+/* The length of s without its trailing whitespace. */
+static size_t rtrim_len(const char *s, size_t n)
+{
     while (n && is_space(s[n - 1]))
         n--;
-    sb_putn(b, s, n);
+    return n;
+}
+
+/* Content with leading and trailing whitespace removed (Jinja's trim, Python's strip). */
+static void sb_content_trimmed(struct sb *b, const char *s)
+{
+    while (is_space(*s))
+        s++;
+    sb_content_n(b, s, rtrim_len(s, strlen(s)));
 }
 
 enum role { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT };
@@ -186,7 +224,7 @@ static void render_chatml(struct sb *b, const struct chat_msg *m, size_t n, bool
         sb_put(b, "<|im_start|>");
         sb_put(b, m[i].role);
         sb_put(b, "\n");
-        sb_put(b, m[i].content);
+        sb_content(b, m[i].content);
         sb_put(b, "<|im_end|>\n");
     }
     if (gen)
@@ -203,7 +241,7 @@ static void render_llama3(struct sb *b, const struct chat_template *t, const str
         sb_put(b, "<|start_header_id|>");
         sb_put(b, m[i].role);
         sb_put(b, "<|end_header_id|>\n\n");
-        sb_put_trimmed(b, m[i].content);
+        sb_content_trimmed(b, m[i].content);
         sb_put(b, "<|eot_id|>");
     }
     if (gen)
@@ -219,19 +257,21 @@ static void render_llama3(struct sb *b, const struct chat_template *t, const str
 static void llama2_user(struct sb *b, const struct chat_template *t, const char *sys,
                         const char *content)
 {
-    struct sb c = {0};
-    if (sys) {
-        sb_put(&c, "<<SYS>>\n");
-        sb_put(&c, sys);
-        sb_put(&c, "\n<</SYS>>\n\n");
-    }
-    sb_put(&c, content);
     sb_put(b, t->bos);
     sb_put(b, "[INST] ");
-    sb_put_trimmed(b, c.p ? c.p : "");
+    if (sys) {
+        /* strip("<<SYS>>\n" + sys + "\n<</SYS>>\n\n" + content): the block starts with text,
+         * so only the end is stripped: content's tail, or the block's blank line if content
+         * is all whitespace */
+        size_t n = rtrim_len(content, strlen(content));
+        sb_put(b, "<<SYS>>\n");
+        sb_content(b, sys);
+        sb_put(b, n ? "\n<</SYS>>\n\n" : "\n<</SYS>>");
+        sb_content_n(b, content, n);
+    } else {
+        sb_content_trimmed(b, content);
+    }
     sb_put(b, " [/INST]");
-    b->oom |= c.oom;
-    free(c.p);
 }
 
 static void render_llama2(struct sb *b, const struct chat_template *t, const struct chat_msg *m,
@@ -247,7 +287,7 @@ static void render_llama2(struct sb *b, const struct chat_template *t, const str
             break;
         default:
             sb_put(b, " ");
-            sb_put_trimmed(b, m[i].content);
+            sb_content_trimmed(b, m[i].content);
             sb_put(b, " ");
             sb_put(b, t->eos);
         }
@@ -263,10 +303,10 @@ static void mistral_user(struct sb *b, const char *sys, const char *content)
 {
     sb_put(b, "[INST] ");
     if (sys) {
-        sb_put(b, sys);
+        sb_content(b, sys);
         sb_put(b, "\n\n");
     }
-    sb_put(b, content);
+    sb_content(b, content);
     sb_put(b, " [/INST]");
 }
 
@@ -283,7 +323,7 @@ static void render_mistral(struct sb *b, const struct chat_template *t, const st
             sys = NULL;
             break;
         default:
-            sb_put(b, m[i].content);
+            sb_content(b, m[i].content);
             sb_put(b, t->eos);
         }
     }
@@ -300,7 +340,7 @@ static void render_zephyr(struct sb *b, const struct chat_template *t, const str
         sb_put(b, "<|");
         sb_put(b, m[i].role);
         sb_put(b, "|>\n");
-        sb_put(b, m[i].content);
+        sb_content(b, m[i].content);
         sb_put(b, t->eos);
         sb_put(b, "\n");
     }
@@ -317,7 +357,7 @@ static void render_phi3(struct sb *b, const struct chat_template *t, const struc
         sb_put(b, "<|");
         sb_put(b, m[i].role);
         sb_put(b, "|>\n");
-        sb_put(b, m[i].content);
+        sb_content(b, m[i].content);
         sb_put(b, "<|end|>\n");
     }
     sb_put(b, gen ? "<|assistant|>\n" : t->eos);
@@ -330,10 +370,10 @@ static void gemma_user(struct sb *b, const char *sys, const char *content)
 {
     sb_put(b, "<start_of_turn>user\n");
     if (sys) {
-        sb_put(b, sys);
+        sb_content(b, sys);
         sb_put(b, "\n\n");
     }
-    sb_put_trimmed(b, content);
+    sb_content_trimmed(b, content);
     sb_put(b, "<end_of_turn>\n");
 }
 
@@ -351,7 +391,7 @@ static void render_gemma(struct sb *b, const struct chat_template *t, const stru
             break;
         default:
             sb_put(b, "<start_of_turn>model\n");
-            sb_put_trimmed(b, m[i].content);
+            sb_content_trimmed(b, m[i].content);
             sb_put(b, "<end_of_turn>\n");
         }
     }
@@ -367,15 +407,59 @@ static void render_fallback(struct sb *b, const struct chat_msg *m, size_t n, bo
     for (size_t i = 0; i < n; i++) {
         sb_put(b, m[i].role);
         sb_put(b, ": ");
-        sb_put(b, m[i].content);
+        sb_content(b, m[i].content);
         sb_put(b, "\n");
     }
     if (gen)
         sb_put(b, "assistant:");
 }
 
+bool chat_writes_bos(const struct chat_template *t)
+{
+    switch (t->family) {
+    case CHAT_FAMILY_LLAMA2:
+    case CHAT_FAMILY_LLAMA3:
+    case CHAT_FAMILY_MISTRAL:
+    case CHAT_FAMILY_GEMMA: return t->bos[0] != '\0';
+    default: return false;
+    }
+}
+
+unsigned chat_encode_flags(const struct chat_template *t, const struct tokenizer *tok)
+{
+    /* a BOS text that is no special token of this vocabulary would not become BOS */
+    bool own_bos = chat_writes_bos(t) && tokenizer_find_special(tok, t->bos) >= 0;
+    return TOKENIZER_PARSE_SPECIAL | (own_bos ? 0 : TOKENIZER_ADD_SPECIAL);
+}
+
+long chat_encode(const struct chat_template *t, const struct tokenizer *tok,
+                 const struct chat_msg *msgs, size_t n, bool add_generation_prompt,
+                 uint32_t *out, size_t cap, char *err, size_t errlen)
+{
+    struct tokenizer_span *spans = NULL;
+    size_t n_spans = 0;
+    char *text = chat_render_spans(t, msgs, n, add_generation_prompt, &spans, &n_spans, err,
+                                   errlen);
+    if (!text)
+        return -EINVAL;
+    long r = tokenizer_encode_masked(tok, text, strlen(text), chat_encode_flags(t, tok), spans,
+                                     n_spans, out, cap);
+    if (r < 0)
+        snprintf(err, errlen, "the prompt cannot be encoded");
+    free(spans);
+    free(text);
+    return r;
+}
+
 char *chat_render(const struct chat_template *t, const struct chat_msg *msgs, size_t n,
                   bool add_generation_prompt, char *err, size_t errlen)
+{
+    return chat_render_spans(t, msgs, n, add_generation_prompt, NULL, NULL, err, errlen);
+}
+
+char *chat_render_spans(const struct chat_template *t, const struct chat_msg *msgs, size_t n,
+                        bool add_generation_prompt, struct tokenizer_span **spans,
+                        size_t *n_spans, char *err, size_t errlen)
 {
     struct sb b = {0};
     struct chat_msg *m = NULL;
@@ -412,8 +496,15 @@ char *chat_render(const struct chat_template *t, const struct chat_msg *msgs, si
     free(m);
     if (b.oom) {
         free(b.p);
+        free(b.spans);
         snprintf(err, errlen, "out of memory rendering the prompt");
         return NULL;
+    }
+    if (spans) {
+        *spans = b.spans;
+        *n_spans = b.n_spans;
+    } else {
+        free(b.spans);
     }
     return b.p;
 }

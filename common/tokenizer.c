@@ -335,7 +335,15 @@ static const struct tok_special *match_special(const struct tokenizer *t, const 
 long tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, unsigned flags,
                       uint32_t *out, size_t cap)
 {
+    return tokenizer_encode_masked(t, text, len, flags, NULL, 0, out, cap);
+}
+
+long tokenizer_encode_masked(const struct tokenizer *t, const char *text, size_t len,
+                             unsigned flags, const struct tokenizer_span *plain, size_t n_plain,
+                             uint32_t *out, size_t cap)
+{
     struct tok_out o = {.ids = out, .cap = cap, .n = 0};
+    size_t k = 0; /* the first plain span that does not end before i */
     int err;
 
     if (t->kind == TOKENIZER_KIND_BYTES) {
@@ -350,7 +358,18 @@ long tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, u
     bool prev_special = true;
     if (flags & TOKENIZER_PARSE_SPECIAL) {
         for (size_t i = 0; i < len;) {
-            const struct tok_special *s = match_special(t, text + i, len - i);
+            while (k < n_plain && plain[k].off + plain[k].len <= i)
+                k++;
+            size_t limit = len - i; /* a special text must end before the next plain span */
+            if (k < n_plain && plain[k].len > 0) {
+                if (plain[k].off <= i) {
+                    i = plain[k].off + plain[k].len; /* inside: ordinary text throughout */
+                    continue;
+                }
+                if (plain[k].off - i < limit)
+                    limit = plain[k].off - i;
+            }
+            const struct tok_special *s = match_special(t, text + i, limit);
             if (!s) {
                 i++;
                 continue;

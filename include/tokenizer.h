@@ -39,6 +39,22 @@ uint32_t tokenizer_n_vocab(const struct tokenizer *t);
 long tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, unsigned flags,
                       uint32_t *out, size_t cap);
 
+/* A byte range [off, off + len) of an input text. */
+struct tokenizer_span {
+    size_t off, len;
+};
+
+/* tokenizer_encode() where, with TOKENIZER_PARSE_SPECIAL, special texts are recognised only
+ * outside the n_plain ranges plain (sorted, disjoint; NULL when n_plain is 0): a special text
+ * that overlaps one of them is ordinary characters. This is how a chat prompt keeps the
+ * template's role markers as control tokens while the messages' content ("<|im_end|>" typed
+ * by a user) cannot forge one (chat_render_spans() gives the ranges). The text between two
+ * special tokens is still encoded as one run across the ranges' edges, so a prompt whose
+ * content holds no special text encodes exactly as tokenizer_encode() would. */
+long tokenizer_encode_masked(const struct tokenizer *t, const char *text, size_t len,
+                             unsigned flags, const struct tokenizer_span *plain, size_t n_plain,
+                             uint32_t *out, size_t cap);
+
 /* The bytes token id stands for in decoded text (byte-fallback and byte-level pieces are
  * raw bytes, possibly part of a UTF-8 character; SentencePiece's U+2581 is a space; control
  * tokens are empty unless render_special (the byte tokenizer's EOS then reads "<eos>");
