@@ -1,15 +1,20 @@
 /* detok over the byte tokenizer: incremental output equals the whole decoding for every
- * prefix, no delta ever holds a broken character, and ill-formed input becomes U+FFFD. */
+ * prefix, no delta ever holds a broken character, and ill-formed input becomes U+FFFD. The
+ * same properties over random token sequences of the real vocabularies in ../shared/vocab
+ * (llama-spm: <0xNN> byte fallback and U+2581 spaces; gpt-2: byte-level pieces that split
+ * characters), and encode -> stream-decode gives every .inp text back. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
 #include "detok.h"
+#include "gguf.h"
 #include "tokenizer.h"
 
 #define FFFD "\xEF\xBF\xBD"
@@ -227,6 +232,238 @@ static void test_detok_small_buffer_is_enospc_without_losing_text(void **state)
     assert_memory_equal(out, "\xC3\xA9", 2);
 }
 
+/* ---- the real vocabularies ---- */
+
+static struct tokenizer *open_vocab(const char *name)
+{
+    char path[1024], err[256];
+    const char *dir = getenv("KILN_SHARED");
+    snprintf(path, sizeof(path), "%s/vocab/%s", dir && *dir ? dir : "../shared", name);
+    struct gguf *g = gguf_open(path, err, sizeof(err));
+    if (!g) {
+        fprintf(stderr, "%s\n", err);
+        return NULL;
+    }
+    struct tokenizer *t = tokenizer_create_gguf(g, err, sizeof(err));
+    if (!t)
+        fprintf(stderr, "%s: %s\n", path, err);
+    gguf_close(g);
+    return t;
+}
+
+static int setup_spm(void **state)
+{
+    return (*state = open_vocab("ggml-vocab-llama-spm.gguf")) ? 0 : -1;
+}
+
+static int setup_gpt2(void **state)
+{
+    return (*state = open_vocab("ggml-vocab-gpt-2.gguf")) ? 0 : -1;
+}
+
+/* The whole decoding of ids, defined independently of detok: the pieces' bytes joined,
+ * maximal ill-formed subparts as U+FFFD, and SentencePiece's first space dropped. */
+static size_t whole_decode(const struct tokenizer *t, const uint32_t *ids, size_t n, char *out)
+{
+    unsigned char bytes[64 * 256];
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        int k = tokenizer_piece(t, ids[i], false, (char *)bytes + len, sizeof(bytes) - len);
+        assert_true(k >= 0 && (size_t)k <= sizeof(bytes) - len);
+        len += (size_t)k;
+    }
+    size_t o = reference_decode(bytes, len, out);
+    if (tokenizer_strips_leading_space(t) && o > 0 && out[0] == ' ') {
+        memmove(out, out + 1, o - 1);
+        o--;
+    }
+    return o;
+}
+
+/* Ids whose piece is one byte: what splits characters across tokens. */
+static size_t single_byte_ids(const struct tokenizer *t, uint32_t *ids, size_t cap)
+{
+    size_t n = 0;
+    char buf[64];
+    for (uint32_t id = 0; id < tokenizer_n_vocab(t) && n < cap; id++)
+        if (tokenizer_piece(t, id, false, buf, sizeof(buf)) == 1)
+            ids[n++] = id;
+    return n;
+}
+
+/* Random sequences, half single-byte ids (many of them UTF-8 leads and continuations), half
+ * anything in the vocabulary. Pushed one by one: every delta is valid UTF-8; what was
+ * streamed plus a flush (of a copy of the state) is the whole decoding of that prefix; and
+ * what was streamed is never taken back (a prefix of the whole decoding of the sequence). */
+static void check_random_sequences(const struct tokenizer *t, unsigned seed, int iters)
+{
+    static uint32_t bytes_ids[4096];
+    size_t n_bytes = single_byte_ids(t, bytes_ids, 4096);
+    uint32_t n_vocab = tokenizer_n_vocab(t), ids[32];
+    static char want[64 * 256 * 3], final_text[64 * 256 * 3], got[64 * 256 * 3];
+    char delta[1024];
+    size_t n_held = 0;
+    assert_true(n_bytes >= 256);
+    for (int iter = 0; iter < iters; iter++) {
+        size_t n = 1 + (size_t)rand_r(&seed) % 32;
+        for (size_t i = 0; i < n; i++)
+            ids[i] = rand_r(&seed) % 2 ? bytes_ids[(size_t)rand_r(&seed) % n_bytes]
+                                       : (uint32_t)rand_r(&seed) % n_vocab;
+        size_t final_len = whole_decode(t, ids, n, final_text);
+        struct detok d;
+        size_t len = 0;
+        detok_init(&d, t);
+        for (size_t p = 1; p <= n; p++) {
+            int r = detok_push(&d, ids[p - 1], delta, sizeof(delta));
+            assert_true(r >= 0);
+            assert_true(utf8_valid((unsigned char *)delta, (size_t)r));
+            memcpy(got + len, delta, (size_t)r);
+            len += (size_t)r;
+            n_held += r == 0;
+            assert_true(len <= final_len);
+            assert_memory_equal(got, final_text, len);
+            struct detok copy = d;
+            int f = detok_flush(&copy, delta, sizeof(delta));
+            assert_true(f >= 0);
+            assert_true(utf8_valid((unsigned char *)delta, (size_t)f));
+            size_t wlen = whole_decode(t, ids, p, want);
+            assert_int_equal(len + (size_t)f, wlen);
+            assert_memory_equal(got, want, len);
+            assert_memory_equal(delta, want + len, (size_t)f);
+        }
+        int f = detok_flush(&d, delta, sizeof(delta));
+        assert_true(f >= 0);
+        assert_int_equal(len + (size_t)f, final_len);
+    }
+    assert_true(n_held > 0); /* some token completed no character: the test saw splits */
+}
+
+static void test_detok_spm_random_sequences_match_whole_decoding(void **state)
+{
+    check_random_sequences(*state, 777, 300);
+}
+
+static void test_detok_gpt2_random_sequences_match_whole_decoding(void **state)
+{
+    check_random_sequences(*state, 4242, 300);
+}
+
+/* The single-byte token of b (a <0xNN> byte-fallback token or a byte-level piece). */
+static uint32_t byte_token(const struct tokenizer *t, unsigned char b)
+{
+    char buf[8];
+    for (uint32_t id = 0; id < tokenizer_n_vocab(t); id++)
+        if (tokenizer_piece(t, id, false, buf, sizeof(buf)) == 1 && (unsigned char)buf[0] == b)
+            return id;
+    fail_msg("no token for byte %02x", b);
+    return 0;
+}
+
+/* U+4E16 (E4 B8 96) fed a byte per token: nothing until the third, then the character. */
+static void check_split_character_waits(const struct tokenizer *t)
+{
+    struct detok d;
+    char out[64];
+    detok_init(&d, t);
+    assert_int_equal(detok_push(&d, byte_token(t, 'x'), out, sizeof out), 1);
+    assert_int_equal(detok_push(&d, byte_token(t, 0xE4), out, sizeof out), 0);
+    assert_int_equal(detok_push(&d, byte_token(t, 0xB8), out, sizeof out), 0);
+    assert_int_equal(detok_push(&d, byte_token(t, 0x96), out, sizeof out), 3);
+    assert_memory_equal(out, "\xE4\xB8\x96", 3);
+    /* a lead byte left at the end is one U+FFFD at the flush */
+    assert_int_equal(detok_push(&d, byte_token(t, 0xE4), out, sizeof out), 0);
+    assert_int_equal(detok_flush(&d, out, sizeof out), 3);
+    assert_memory_equal(out, FFFD, 3);
+}
+
+static void test_detok_spm_byte_fallback_waits_for_whole_character(void **state)
+{
+    check_split_character_waits(*state);
+}
+
+static void test_detok_gpt2_byte_pieces_wait_for_whole_character(void **state)
+{
+    check_split_character_waits(*state);
+}
+
+/* SentencePiece: the space the encoder puts before the first word is dropped once, even when
+ * BOS (an empty piece) comes first; later spaces stay. */
+static void test_detok_spm_drops_only_the_first_leading_space(void **state)
+{
+    const struct tokenizer *t = *state;
+    uint32_t ids[16];
+    char out[64], delta[1024];
+    size_t len = 0;
+    long n = tokenizer_encode(t, "Hello world", 11, TOKENIZER_ADD_SPECIAL, ids, 16);
+    assert_true(n >= 3 && n <= 16);
+    assert_int_equal(ids[0], tokenizer_bos_id(t));
+    struct detok d;
+    detok_init(&d, t);
+    for (long i = 0; i < n; i++) {
+        int r = detok_push(&d, ids[i], delta, sizeof delta);
+        assert_true(r >= 0);
+        memcpy(out + len, delta, (size_t)r);
+        len += (size_t)r;
+    }
+    assert_int_equal(len, 11);
+    assert_memory_equal(out, "Hello world", 11);
+}
+
+#define SEP "\n__ggml_vocab_test__\n"
+
+/* Every .inp text, encoded (with and without BOS) and decoded token by token, comes back. */
+static void check_inp_round_trips(const struct tokenizer *t, const char *name)
+{
+    char path[1024];
+    const char *dir = getenv("KILN_SHARED");
+    snprintf(path, sizeof(path), "%s/vocab/%s.inp", dir && *dir ? dir : "../shared", name);
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    static char inp[1 << 20];
+    size_t inp_len = fread(inp, 1, sizeof(inp) - 1, fp);
+    fclose(fp);
+    inp[inp_len] = '\0';
+    uint32_t *ids = malloc(65536 * sizeof(*ids));
+    char *got = malloc(1 << 20), delta[1024];
+    assert_non_null(ids);
+    assert_non_null(got);
+    size_t n_cases = 0;
+    for (char *p = inp, *sep; (sep = strstr(p, SEP)); p = sep + strlen(SEP), n_cases++) {
+        size_t len = (size_t)(sep - p);
+        for (unsigned flags = 0; flags <= TOKENIZER_ADD_SPECIAL; flags += TOKENIZER_ADD_SPECIAL) {
+            long n = tokenizer_encode(t, p, len, flags, ids, 65536);
+            assert_true(n >= 0 && n <= 65536);
+            struct detok d;
+            size_t glen = 0;
+            detok_init(&d, t);
+            for (long i = 0; i <= n; i++) {
+                int r = i < n ? detok_push(&d, ids[i], delta, sizeof delta)
+                              : detok_flush(&d, delta, sizeof delta);
+                assert_true(r >= 0);
+                assert_true(utf8_valid((unsigned char *)delta, (size_t)r));
+                memcpy(got + glen, delta, (size_t)r);
+                glen += (size_t)r;
+            }
+            if (glen != len || memcmp(got, p, len) != 0)
+                fail_msg("%s case %zu '%.*s' streams back as '%.*s'", name, n_cases, (int)len,
+                         p, (int)glen, got);
+        }
+    }
+    assert_true(n_cases > 40);
+    free(got);
+    free(ids);
+}
+
+static void test_detok_spm_inp_texts_round_trip(void **state)
+{
+    check_inp_round_trips(*state, "ggml-vocab-llama-spm.gguf");
+}
+
+static void test_detok_gpt2_inp_texts_round_trip(void **state)
+{
+    check_inp_round_trips(*state, "ggml-vocab-gpt-2.gguf");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -242,6 +479,20 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_detok_small_buffer_is_enospc_without_losing_text,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_detok_spm_random_sequences_match_whole_decoding,
+                                        setup_spm, teardown),
+        cmocka_unit_test_setup_teardown(test_detok_gpt2_random_sequences_match_whole_decoding,
+                                        setup_gpt2, teardown),
+        cmocka_unit_test_setup_teardown(test_detok_spm_byte_fallback_waits_for_whole_character,
+                                        setup_spm, teardown),
+        cmocka_unit_test_setup_teardown(test_detok_gpt2_byte_pieces_wait_for_whole_character,
+                                        setup_gpt2, teardown),
+        cmocka_unit_test_setup_teardown(test_detok_spm_drops_only_the_first_leading_space,
+                                        setup_spm, teardown),
+        cmocka_unit_test_setup_teardown(test_detok_spm_inp_texts_round_trip, setup_spm,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_detok_gpt2_inp_texts_round_trip, setup_gpt2,
+                                        teardown),
     };
     return cmocka_run_group_tests_name("detok", tests, NULL, NULL);
 }
