@@ -183,10 +183,11 @@ static void test_stream_idle_kiln_uses_no_cpu(void **state)
     assert_int_equal(proc_children(pid, NULL, 0), 2);
     long long before = tree_ticks(pid);
     /* a measurement window, not a synchronisation: nothing should happen in it */
-    poll(NULL, 0, 2000);
+    poll(NULL, 0, 3000);
     long long used = tree_ticks(pid) - before;
-    /* 2 s of three idle processes: at most a few ticks (10 ms each) of timers */
-    assert_true(used >= 0 && used <= 5);
+    /* The issue's bound: under 1% of a core. 3 s of three idle processes may use 30 ms,
+     * 3 ticks of 10 ms (a tick of sampling noise included). */
+    assert_true(used >= 0 && used <= 3);
 }
 
 int main(void)
