@@ -2,6 +2,7 @@
  * field is a 400 naming it), encode the prompt, and shape every answer (whole replies, stream
  * chunks, errors, /v1/models, /health). The request's life after admission is request.c's. */
 #include "api.h"
+#include "api_tokenize.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -17,8 +18,11 @@
 #include <jansson.h>
 
 #include "config.h"
+#include "api_impl.h"
 #include "gguf.h"
+#include "hist.h"
 #include "log.h"
+#include "ratelimit.h"
 #include "request.h"
 #include "shm_region.h"
 #include "stop.h"
@@ -26,6 +30,8 @@
 #include "workers.h"
 
 #define MOCK_CONTEXT 4096
+
+#define bad api_bad
 
 /* ---- the model's facts ---- */
 
@@ -109,142 +115,7 @@ void front_model_close(struct front_model *m)
     m->gguf = NULL;
 }
 
-/* ---- JSON out ---- */
-
-/* A JSON string of len bytes; invalid UTF-8 bytes become U+FFFD so jansson accepts it. */
-static json_t *json_text(const char *s, size_t len)
-{
-    json_t *j = json_stringn(s, len);
-    if (j)
-        return j;
-    char *fixed = malloc(len * 3 + 1);
-    size_t o = 0;
-    if (!fixed)
-        return NULL;
-    for (size_t i = 0; i < len;) {
-        unsigned char c = (unsigned char)s[i];
-        size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        bool ok = n > 0 && i + n <= len;
-        for (size_t k = 1; ok && k < n; k++)
-            ok = ((unsigned char)s[i + k] & 0xc0) == 0x80;
-        if (ok) {
-            /* overlong or surrogate: let jansson judge the character */
-            json_t *one = json_stringn(s + i, n);
-            ok = one != NULL;
-            json_decref(one);
-        }
-        if (ok) {
-            memcpy(fixed + o, s + i, n);
-            o += n;
-            i += n;
-        } else {
-            memcpy(fixed + o, "\xef\xbf\xbd", 3);
-            o += 3;
-            i++;
-        }
-    }
-    j = json_stringn(fixed, o);
-    free(fixed);
-    return j;
-}
-
-static char *json_finish(json_t *root)
-{
-    char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
-    json_decref(root);
-    return s;
-}
-
-static json_t *json_envelope(const struct request *r, const char *object)
-{
-    return json_pack("{s:s, s:s, s:I, s:s}", "id", r->id, "object", object, "created",
-                     (json_int_t)r->created, "model", r->f->model.name);
-}
-
-static json_t *json_usage(const struct request *r)
-{
-    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)r->prompt_tokens,
-                     "completion_tokens", (json_int_t)r->completion_tokens, "total_tokens",
-                     (json_int_t)r->prompt_tokens + (json_int_t)r->completion_tokens);
-}
-
-const char *api_finish_name(enum finish_reason reason)
-{
-    return reason == FINISH_REASON_LENGTH ? "length" : "stop";
-}
-
-char *api_json_chunk(const struct request *r, const char *text, size_t len, bool role,
-                     const char *finish)
-{
-    bool chat = r->kind == REQUEST_KIND_CHAT;
-    json_t *root = json_envelope(r, chat ? "chat.completion.chunk" : "text_completion");
-    json_t *choice = json_pack("{s:i, s:n, s:o}", "index", 0, "logprobs", "finish_reason",
-                               finish ? json_string(finish) : json_null());
-    if (!root || !choice)
-        goto fail;
-    if (chat) {
-        json_t *delta = json_object();
-        if (role)
-            json_object_set_new(delta, "role", json_string("assistant"));
-        if (text)
-            json_object_set_new(delta, "content", json_text(text, len));
-        json_object_set_new(choice, "delta", delta);
-    } else {
-        json_object_set_new(choice, "text", text ? json_text(text, len) : json_string(""));
-    }
-    json_object_set_new(root, "choices", json_pack("[o]", choice));
-    return json_finish(root);
-fail:
-    json_decref(choice);
-    json_decref(root);
-    return NULL;
-}
-
-char *api_json_usage_chunk(const struct request *r)
-{
-    bool chat = r->kind == REQUEST_KIND_CHAT;
-    json_t *root = json_envelope(r, chat ? "chat.completion.chunk" : "text_completion");
-    if (!root)
-        return NULL;
-    json_object_set_new(root, "choices", json_array());
-    json_object_set_new(root, "usage", json_usage(r));
-    return json_finish(root);
-}
-
-char *api_json_reply(const struct request *r, const char *text, size_t len, const char *finish)
-{
-    bool chat = r->kind == REQUEST_KIND_CHAT;
-    json_t *root = json_envelope(r, chat ? "chat.completion" : "text_completion");
-    json_t *choice = json_pack("{s:i, s:n, s:s}", "index", 0, "logprobs", "finish_reason",
-                               finish);
-    if (!root || !choice)
-        goto fail;
-    if (chat)
-        json_object_set_new(choice, "message",
-                            json_pack("{s:s, s:o}", "role", "assistant", "content",
-                                      json_text(text, len)));
-    else
-        json_object_set_new(choice, "text", json_text(text, len));
-    json_object_set_new(root, "choices", json_pack("[o]", choice));
-    json_object_set_new(root, "usage", json_usage(r));
-    return json_finish(root);
-fail:
-    json_decref(choice);
-    json_decref(root);
-    return NULL;
-}
-
-static json_t *str_or_null(const char *s)
-{
-    return s ? json_string(s) : json_null();
-}
-
-char *api_json_error(const char *type, const char *message, const char *param, const char *code)
-{
-    return json_finish(json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message",
-                                 json_text(message, strlen(message)), "type", type, "param",
-                                 str_or_null(param), "code", str_or_null(code)));
-}
+/* ---- answers ---- */
 
 static void send_json(struct evhttp_request *http, int status, char *json)
 {
@@ -267,225 +138,19 @@ out:
 void api_send_error(struct evhttp_request *http, int status, const char *type,
                     const char *message, const char *param, const char *code)
 {
-    if (status == 503)
-        evhttp_add_header(evhttp_request_get_output_headers(http), "Retry-After", "1");
+    struct evkeyvalq *h = evhttp_request_get_output_headers(http);
+    /* a refusal for load says when to come back (a caller may have set its own delay) */
+    if ((status == 503 || status == 429) && !evhttp_find_header(h, "Retry-After"))
+        evhttp_add_header(h, "Retry-After", "1");
     send_json(http, status, api_json_error(type, message, param, code));
 }
 
-/* ---- JSON in ---- */
+/* ---- requests ---- */
 
-struct perr {
-    char msg[256];
-    const char *param;
-    const char *code;
-    int status;
-};
-
-static int bad(struct perr *e, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int bad(struct perr *e, const char *param, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
-    va_end(ap);
-    e->param = param;
-    e->status = 400;
-    return -EINVAL;
-}
-
-/* A number field (integer or real) within [lo, hi]; absent or null leaves *out. */
-static int get_num(json_t *o, const char *k, double lo, double hi, float *out, struct perr *e)
-{
-    json_t *v = json_object_get(o, k);
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_number(v))
-        return bad(e, k, "'%s' must be a number", k);
-    double d = json_number_value(v);
-    if (!(d >= lo && d <= hi)) {
-        snprintf(e->msg, sizeof(e->msg), "'%s' must be between %g and %g", k, lo, hi);
-        e->param = k;
-        e->status = 400;
-        return -EINVAL;
-    }
-    *out = (float)d;
-    return 0;
-}
-
-static int get_int(json_t *o, const char *k, json_int_t lo, json_int_t hi, json_int_t *out,
-                   bool *present, struct perr *e)
-{
-    json_t *v = json_object_get(o, k);
-    if (present)
-        *present = false;
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_integer(v))
-        return bad(e, k, "'%s' must be an integer", k);
-    json_int_t i = json_integer_value(v);
-    if (i < lo || i > hi) {
-        snprintf(e->msg, sizeof(e->msg), "'%s' must be between %lld and %lld", k,
-                 (long long)lo, (long long)hi);
-        e->param = k;
-        e->status = 400;
-        return -EINVAL;
-    }
-    *out = i;
-    if (present)
-        *present = true;
-    return 0;
-}
-
-static int get_bool(json_t *o, const char *k, bool *out, struct perr *e)
-{
-    json_t *v = json_object_get(o, k);
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_boolean(v))
-        return bad(e, k, "'%s' must be a boolean", k);
-    *out = json_is_true(v);
-    return 0;
-}
-
-static int add_stop(struct request *r, json_t *v, struct perr *e)
-{
-    if (!json_is_string(v))
-        return bad(e, "stop", "'%s' must be a string or an array of strings", "stop");
-    size_t len = json_string_length(v);
-    if (len == 0)
-        return 0; /* an empty stop string can never be told apart: ignored */
-    if (len > STOP_MAX_LEN)
-        return bad(e, "stop", "a stop string is longer than %s bytes", "256");
-    if (!(r->stops[r->n_stops] = strndup(json_string_value(v), len)))
-        return -ENOMEM;
-    r->n_stops++;
-    return 0;
-}
-
-static int parse_stop(struct request *r, json_t *o, struct perr *e)
-{
-    json_t *v = json_object_get(o, "stop"), *s;
-    size_t i;
-    if (!v || json_is_null(v))
-        return 0;
-    if (json_is_array(v)) {
-        if (json_array_size(v) > REQUEST_MAX_STOPS)
-            return bad(e, "stop", "'stop' has more than %s strings", "4");
-        json_array_foreach(v, i, s) {
-            int rc = add_stop(r, s, e);
-            if (rc < 0)
-                return rc;
-        }
-        return 0;
-    }
-    return add_stop(r, v, e);
-}
-
-static int parse_logit_bias(struct request *r, json_t *o, struct perr *e)
-{
-    json_t *v = json_object_get(o, "logit_bias"), *b;
-    const char *key;
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_object(v))
-        return bad(e, "logit_bias", "'%s' must be an object", "logit_bias");
-    if (json_object_size(v) > WIRE_MAX_LOGIT_BIAS)
-        return bad(e, "logit_bias", "'logit_bias' has more than %s entries", "300");
-    json_object_foreach(v, key, b) {
-        char *end;
-        errno = 0;
-        unsigned long id = strtoul(key, &end, 10);
-        if (errno || *key < '0' || *key > '9' || *end ||
-            id >= tokenizer_n_vocab(r->f->model.tok))
-            return bad(e, "logit_bias", "'%s' is not a token id of this model", key);
-        if (!json_is_number(b) || json_number_value(b) < -100 || json_number_value(b) > 100)
-            return bad(e, "logit_bias", "the bias of token %s must be between -100 and 100",
-                       key);
-        struct proto_logit_bias *lb = &r->sampling.logit_bias[r->sampling.n_logit_bias++];
-        lb->token = (uint32_t)id;
-        lb->bias = (float)json_number_value(b);
-    }
-    return 0;
-}
-
-/* The fields both routes share: stream, limits, stop strings, sampling. Sampling starts from
- * proto_sampling_init (greedy) and takes each field the request gives: a request without
- * "temperature" is decoded greedily, not at OpenAI's default of 1, so replies are
- * reproducible unless asked otherwise. */
-static int parse_common(struct request *r, json_t *o, uint32_t *max_tokens, struct perr *e)
-{
-    struct proto_sampling *s = &r->sampling;
-    json_t *v;
-    json_int_t i = 0;
-    bool have;
-    int rc;
-
-    if ((v = json_object_get(o, "model")) && !json_is_string(v) && !json_is_null(v))
-        return bad(e, "model", "'%s' must be a string", "model");
-    if ((rc = get_bool(o, "stream", &r->stream, e)) < 0)
-        return rc;
-    if ((v = json_object_get(o, "stream_options")) && !json_is_null(v)) {
-        if (!json_is_object(v))
-            return bad(e, "stream_options", "'%s' must be an object", "stream_options");
-        if ((rc = get_bool(v, "include_usage", &r->include_usage, e)) < 0)
-            return rc;
-    }
-    *max_tokens = 0;
-    const char *keys[] = {"max_tokens", "max_completion_tokens"};
-    for (int k = 0; k < 2; k++) {
-        if ((rc = get_int(o, keys[k], INT64_MIN, INT64_MAX, &i, &have, e)) < 0)
-            return rc;
-        if (!have)
-            continue;
-        if (i < 1)
-            return bad(e, keys[k], "'%s' must be at least 1", keys[k]);
-        *max_tokens = i > UINT32_MAX ? UINT32_MAX : (uint32_t)i;
-    }
-    if ((rc = get_int(o, "n", 1, 1, &i, NULL, e)) < 0)
-        return bad(e, "n", "only '%s' = 1 is supported", "n");
-    if ((rc = get_num(o, "temperature", 0, 2, &s->temperature, e)) < 0 ||
-        (rc = get_num(o, "top_p", 0, 1, &s->top_p, e)) < 0 ||
-        (rc = get_num(o, "min_p", 0, 1, &s->min_p, e)) < 0 ||
-        (rc = get_num(o, "presence_penalty", -2, 2, &s->presence_penalty, e)) < 0 ||
-        (rc = get_num(o, "frequency_penalty", -2, 2, &s->frequency_penalty, e)) < 0 ||
-        (rc = get_num(o, "repetition_penalty", 0.01, 10, &s->repetition_penalty, e)) < 0)
-        return rc;
-    if ((rc = get_int(o, "top_k", -1, INT32_MAX, &i, &have, e)) < 0)
-        return rc;
-    if (have)
-        s->top_k = i < 0 ? 0 : (int32_t)i;
-    if ((rc = get_int(o, "seed", INT64_MIN, INT64_MAX, &i, &have, e)) < 0)
-        return rc;
-    if (have)
-        s->seed = (uint64_t)i;
-    if ((rc = get_bool(o, "ignore_eos", &s->ignore_eos, e)) < 0)
-        return rc;
-    if ((rc = parse_stop(r, o, e)) < 0)
-        return rc;
-    return parse_logit_bias(r, o, e);
-}
-
-/* The prompt text of a completion request (borrowed from o), or NULL with e set. */
-static const char *completion_text(json_t *o, size_t *len, struct perr *e)
-{
-    json_t *v = json_object_get(o, "prompt");
-    if (v && json_is_array(v) && json_array_size(v) == 1)
-        v = json_array_get(v, 0);
-    if (!v || json_is_null(v)) {
-        bad(e, "prompt", "'%s' is required", "prompt");
-        return NULL;
-    }
-    if (!json_is_string(v)) {
-        bad(e, "prompt", "'%s' must be a string", "prompt");
-        return NULL;
-    }
-    *len = json_string_length(v);
-    return json_string_value(v);
-}
-
-/* Render a chat request's messages (malloc'd text), or NULL with e set. */
-static char *chat_text(struct front *f, json_t *o, struct perr *e)
+/* Render a chat request's messages (malloc'd text, with the ranges of message content in
+ * *spans, malloc'd), or NULL with e set. */
+static char *chat_text(struct front *f, json_t *o, struct tokenizer_span **spans,
+                       size_t *n_spans, struct perr *e)
 {
     json_t *msgs = json_object_get(o, "messages"), *m;
     struct chat_msg *cm = NULL;
@@ -516,13 +181,24 @@ static char *chat_text(struct front *f, json_t *o, struct perr *e)
         } else if (json_is_string(content)) {
             cm[i].content = json_string_value(content);
         } else if (json_is_array(content)) {
-            /* content parts: the text ones, joined */
+            /* content parts: text ones only (this model reads no images or audio), joined */
             json_t *part;
             size_t k, total = 1;
             json_array_foreach(content, k, part) {
-                json_t *t = json_object_get(part, "text");
+                json_t *t = json_object_get(part, "text"), *ty = json_object_get(part, "type");
+                if (!json_is_object(part) || (ty && !json_is_string(ty))) {
+                    bad(e, "messages", "message %zu: each content part must be an object with "
+                        "a string 'type'", i);
+                    goto out;
+                }
+                if (ty && strcmp(json_string_value(ty), "text") != 0) {
+                    bad(e, "messages", "message %zu: content part type '%.64s' is not "
+                        "supported (only 'text')", i, json_string_value(ty));
+                    goto out;
+                }
                 if (!json_is_string(t)) {
-                    bad(e, "messages", "only text parts are supported in '%s'", "content");
+                    bad(e, "messages", "message %zu: a text part needs a string '%s'", i,
+                        "text");
                     goto out;
                 }
                 total += json_string_length(t);
@@ -539,7 +215,7 @@ static char *chat_text(struct front *f, json_t *o, struct perr *e)
             goto out;
         }
     }
-    out = chat_render(&f->model.tmpl, cm, n, true, err, sizeof(err));
+    out = chat_render_spans(&f->model.tmpl, cm, n, true, spans, n_spans, err, sizeof(err));
     if (!out)
         bad(e, "messages", "%s", err[0] ? err : "the messages cannot be rendered");
 out:
@@ -552,6 +228,7 @@ out:
 
 /* Tokens for text; sets r->prompt and the length checks of DESIGN "generate". */
 static int encode_prompt(struct request *r, const char *text, size_t len, unsigned flags,
+                         const struct tokenizer_span *plain, size_t n_plain,
                          uint32_t max_tokens, struct perr *e)
 {
     const struct front_model *m = &r->f->model;
@@ -560,7 +237,7 @@ static int encode_prompt(struct request *r, const char *text, size_t len, unsign
         return bad(e, "prompt", "the %s is empty", "prompt");
     if (!(r->prompt = malloc(cap * sizeof(uint32_t))))
         return -ENOMEM;
-    long n = tokenizer_encode(m->tok, text, len, flags, r->prompt, cap);
+    long n = tokenizer_encode_masked(m->tok, text, len, flags, plain, n_plain, r->prompt, cap);
     if (n < 0)
         return bad(e, "prompt", "the %s cannot be encoded", "prompt");
     if (n == 0)
@@ -583,18 +260,100 @@ static int encode_prompt(struct request *r, const char *text, size_t len, unsign
     return 0;
 }
 
+/* A refusal before a request exists, counted in the metrics. */
+static void refuse(struct front *f, struct evhttp_request *http, int status,
+                   enum metrics_reject why, const struct perr *e)
+{
+    metrics_count_rejected(&f->metrics, why);
+    api_send_error(http, status, status >= 500 ? "server_error" : "invalid_request_error",
+                   e->msg, e->param, e->code);
+}
+
+static enum metrics_reject reject_reason(int status)
+{
+    return status == 413 ? METRICS_REJECT_TOO_LARGE : METRICS_REJECT_INVALID;
+}
+
+/* The text of ids, for echo (malloc'd into r->echo_text). */
+static int echo_ids(struct request *r, const uint32_t *ids, uint32_t n)
+{
+    size_t cap = 64, len = 0;
+    char *s = malloc(cap);
+    for (uint32_t i = 0; s && i < n; i++) {
+        char buf[256];
+        int k = tokenizer_piece(r->f->model.tok, ids[i], false, buf, sizeof(buf));
+        if (k <= 0)
+            continue;
+        k = k > (int)sizeof(buf) ? (int)sizeof(buf) : k;
+        if (len + (size_t)k + 1 > cap) {
+            char *t = realloc(s, (cap = 2 * (len + (size_t)k + 1)));
+            if (!t)
+                break;
+            s = t;
+        }
+        memcpy(s + len, buf, (size_t)k);
+        len += (size_t)k;
+    }
+    if (!s)
+        return -ENOMEM;
+    r->echo_text = s;
+    r->echo_len = len;
+    return 0;
+}
+
+/* A completion's prompt into r: text (bounded by --max-prompt-bytes, then encoded) or ids. */
+static int completion_prompt(struct request *r, json_t *o, uint32_t max_tokens, struct perr *e)
+{
+    const char *text;
+    size_t tlen = 0;
+    uint32_t *ids, n_ids;
+    int rc = api_parse_prompt(r, o, &text, &tlen, &ids, &n_ids, e);
+    if (rc < 0)
+        return rc;
+    if (text) {
+        if (tlen > r->f->cfg->max_prompt_bytes)
+            return bad(e, "prompt", "the prompt is longer than %llu bytes",
+                       (unsigned long long)r->f->cfg->max_prompt_bytes);
+        if ((rc = encode_prompt(r, text, tlen, TOKENIZER_ADD_SPECIAL, NULL, 0, max_tokens, e)) < 0)
+            return rc;
+        if (r->echo && !(r->echo_text = strndup(text, tlen)))
+            return -ENOMEM;
+        r->echo_len = tlen;
+        return 0;
+    }
+    r->prompt = ids;
+    r->n_prompt = n_ids;
+    uint32_t room = r->f->model.max_context - n_ids;
+    r->max_new_tokens = max_tokens && max_tokens < room ? max_tokens : room;
+    return r->echo ? echo_ids(r, ids, n_ids) : 0;
+}
+
 static void handle_generate(struct front *f, struct evhttp_request *http, enum request_kind kind)
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(http);
     size_t len = evbuffer_get_length(in);
     struct perr e = {.status = 400};
+    struct api_params p = {0};
     json_error_t jerr;
     json_t *o = NULL;
     struct request *r = NULL;
     char *chat = NULL;
-    uint32_t max_tokens = 0;
     int rc;
 
+    if (len > f->cfg->max_body_bytes) {
+        e.status = 413;
+        snprintf(e.msg, sizeof(e.msg), "the request body is larger than %llu bytes",
+                 (unsigned long long)f->cfg->max_body_bytes);
+        goto fail;
+    }
+    if (f->cfg->max_concurrent && f->n_active >= f->cfg->max_concurrent) {
+        /* a client's own pace problem as much as ours: 429, retry in a second */
+        evhttp_add_header(evhttp_request_get_output_headers(http), "Retry-After", "1");
+        metrics_count_rejected(&f->metrics, METRICS_REJECT_QUEUE_FULL);
+        api_send_error(http, 429, "requests", "too many requests are in progress; retry later",
+                       NULL, "too_many_concurrent_requests");
+        return;
+    }
     o = json_loadb((const char *)evbuffer_pullup(in, -1), len, 0, &jerr);
     if (!o) {
         snprintf(e.msg, sizeof(e.msg), "the body is not valid JSON: %s (line %d, column %d)",
@@ -609,22 +368,29 @@ static void handle_generate(struct front *f, struct evhttp_request *http, enum r
         rc = -ENOMEM;
         goto oom;
     }
-    if ((rc = parse_common(r, o, &max_tokens, &e)) < 0)
+    if ((rc = api_parse_common(r, o, &p, &e)) < 0)
         goto fail_rc;
     if (kind == REQUEST_KIND_CHAT) {
-        if (!(chat = chat_text(f, o, &e))) {
+        struct tokenizer_span *spans = NULL;
+        size_t n_spans = 0;
+        if (!(chat = chat_text(f, o, &spans, &n_spans, &e))) {
             rc = -EINVAL;
             goto fail_rc;
         }
-        unsigned flags = TOKENIZER_PARSE_SPECIAL | (f->model.tmpl.bos[0] ? 0 : TOKENIZER_ADD_SPECIAL);
-        rc = encode_prompt(r, chat, strlen(chat), flags, max_tokens, &e);
+        if (strlen(chat) > f->cfg->max_prompt_bytes) {
+            free(spans);
+            rc = bad(&e, "messages", "the messages are longer than %llu bytes",
+                     (unsigned long long)f->cfg->max_prompt_bytes);
+            goto fail_rc;
+        }
+        /* one BOS (the template's or the tokenizer's); content never parses as special */
+        rc = encode_prompt(r, chat, strlen(chat), chat_encode_flags(&f->model.tmpl, f->model.tok),
+                           spans, n_spans, p.max_tokens, &e);
+        free(spans);
         if (rc < 0 && e.param && strcmp(e.param, "prompt") == 0)
             e.param = "messages";
     } else {
-        size_t tlen = 0;
-        const char *text = completion_text(o, &tlen, &e);
-        rc = text ? encode_prompt(r, text, tlen, TOKENIZER_ADD_SPECIAL, max_tokens, &e)
-                  : -EINVAL;
+        rc = completion_prompt(r, o, p.max_tokens, &e);
     }
     if (rc < 0)
         goto fail_rc;
@@ -638,10 +404,12 @@ fail_rc:
 fail:
     free(chat);
     json_decref(o);
-    if (r)
+    if (r) {
+        metrics_count_rejected(&f->metrics, reject_reason(e.status));
         request_fail(r, e.status, "invalid_request_error", e.msg, e.param, e.code);
-    else
-        api_send_error(http, e.status, "invalid_request_error", e.msg, e.param, e.code);
+    } else {
+        refuse(f, http, e.status, reject_reason(e.status), &e);
+    }
     return;
 oom:
     free(chat);
@@ -659,7 +427,7 @@ static void handle_models(struct front *f, struct evhttp_request *http)
     json_t *model = json_pack("{s:s, s:s, s:I, s:s, s:I}", "id", f->model.name, "object",
                               "model", "created", (json_int_t)f->started_at, "owned_by", "kiln",
                               "context_length", (json_int_t)f->model.max_context);
-    send_json(http, 200, json_finish(json_pack("{s:s, s:[o]}", "object", "list", "data",
+    send_json(http, 200, api_json_finish(json_pack("{s:s, s:[o]}", "object", "list", "data",
                                                model)));
 }
 
@@ -682,10 +450,125 @@ static void handle_health(struct front *f, struct evhttp_request *http)
                                              (int)(w->n_spawns ? w->n_spawns - 1 : 0)));
     }
     send_json(http, ready ? 200 : 503,
-              json_finish(json_pack("{s:s, s:s, s:i, s:i, s:o}", "status",
+              api_json_finish(json_pack("{s:s, s:s, s:i, s:i, s:o}", "status",
                                     ready ? "ok" : "unavailable", "model", f->model.name,
                                     "running", (int)running, "waiting", (int)f->queue.n,
                                     "workers", arr)));
+}
+
+/* ---- keys, rate limits, metrics ---- */
+
+int api_init(struct front *f, char *err, size_t errlen)
+{
+    const struct kiln_config *c = f->cfg;
+    int rc;
+
+    auth_init(&f->auth);
+    metrics_init(&f->metrics);
+    for (uint32_t i = 0; i < c->api_keys.n; i++) {
+        if (auth_add_key(&f->auth, c->api_keys.v[i], strlen(c->api_keys.v[i])) < 0) {
+            snprintf(err, errlen, "--api-key: a key must be 1 to %d bytes without blanks",
+                     AUTH_KEY_MAX);
+            return -EINVAL;
+        }
+    }
+    if (c->api_key_file && (rc = auth_load_file(&f->auth, c->api_key_file, err, errlen)) < 0) {
+        if (rc != -EINVAL)
+            snprintf(err, errlen, "--api-key-file %s: %s", c->api_key_file, strerror(-rc));
+        return rc;
+    }
+    if (auth_load_list(&f->auth, getenv("KILN_API_KEYS")) < 0) {
+        snprintf(err, errlen, "KILN_API_KEYS: a key must be 1 to %d bytes without blanks",
+                 AUTH_KEY_MAX);
+        return -EINVAL;
+    }
+    if (c->metrics_key && auth_set_metrics_key(&f->auth, c->metrics_key) < 0) {
+        snprintf(err, errlen, "--metrics-key: a key must be 1 to %d bytes without blanks",
+                 AUTH_KEY_MAX);
+        return -EINVAL;
+    }
+    if (c->rate_limit) {
+        uint32_t burst = c->rate_burst ? c->rate_burst : c->rate_limit;
+        /* a fixed table: past this many clients the least recently seen is forgotten */
+        if (!(f->ratelimit = ratelimit_create((double)c->rate_limit, burst, 4096))) {
+            snprintf(err, errlen, "rate limiter: %s", strerror(errno));
+            return -errno;
+        }
+    }
+    return 0;
+}
+
+void api_free(struct front *f)
+{
+    auth_free(&f->auth);
+    ratelimit_destroy(f->ratelimit);
+    f->ratelimit = NULL;
+}
+
+static void handle_metrics(struct front *f, struct evhttp_request *http)
+{
+    uint32_t n = workers_count(f->workers), running = 0;
+    struct metrics_worker_view *views = calloc(n ? n : 1, sizeof(*views));
+    struct evbuffer *body = evbuffer_new();
+    size_t len = 0;
+    char *text = NULL;
+
+    for (uint32_t i = 0; views && i < n; i++) {
+        struct worker *w = workers_get(f->workers, i);
+        views[i].id = w->id;
+        views[i].state = worker_life_name(worker_life_get(w));
+        views[i].restarts = w->n_spawns ? w->n_spawns - 1 : 0;
+        views[i].hdr = w->pid ? w->reg.hdr : NULL;
+        running += w->used;
+    }
+    metrics_set_requests(&f->metrics, running, f->queue.n);
+    if (!views || !body || !(text = metrics_render(&f->metrics, views, n, &len))) {
+        api_send_error(http, 500, "server_error", "out of memory", NULL, NULL);
+        goto out;
+    }
+    evhttp_add_header(evhttp_request_get_output_headers(http), "Content-Type",
+                      "text/plain; version=0.0.4; charset=utf-8");
+    evbuffer_add(body, text, len);
+    evhttp_send_reply(http, 200, "OK", body);
+out:
+    free(text);
+    free(views);
+    if (body)
+        evbuffer_free(body);
+}
+
+/* The API key and the rate limit, before routing. Returns false when http was answered. */
+static bool guard(struct front *f, struct evhttp_request *http, const char *path)
+{
+    struct evkeyvalq *in = evhttp_request_get_input_headers(http);
+    struct evkeyvalq *out = evhttp_request_get_output_headers(http);
+    int key = auth_check_request(&f->auth, path, evhttp_find_header(in, "Authorization"));
+    if (key < 0) {
+        metrics_count_rejected(&f->metrics, METRICS_REJECT_UNAUTHORIZED);
+        evhttp_add_header(out, "WWW-Authenticate", "Bearer");
+        api_send_error(http, 401, "invalid_request_error",
+                       "Incorrect or missing API key: send 'Authorization: Bearer KEY'", NULL,
+                       "invalid_api_key");
+        return false;
+    }
+    if (!f->ratelimit || strcmp(path, "/health") == 0 || strcmp(path, "/metrics") == 0)
+        return true;
+    char id[RATELIMIT_ID_MAX], *addr = NULL, retry[16];
+    ev_uint16_t port = 0;
+    uint32_t after = 1;
+    struct evhttp_connection *evcon = evhttp_request_get_connection(http);
+    if (evcon)
+        evhttp_connection_get_peer(evcon, &addr, &port);
+    if (ratelimit_identity(id, sizeof(id), key, addr ? addr : "?") < 0)
+        return true;
+    if (ratelimit_take(f->ratelimit, id, hist_now_us(), &after) == 0)
+        return true;
+    metrics_count_rejected(&f->metrics, METRICS_REJECT_RATE_LIMITED);
+    snprintf(retry, sizeof(retry), "%u", after);
+    evhttp_add_header(out, "Retry-After", retry);
+    api_send_error(http, 429, "requests", "Rate limit reached; retry after the Retry-After delay",
+                   NULL, "rate_limit_exceeded");
+    return false;
 }
 
 struct route {
@@ -695,13 +578,16 @@ struct route {
     int id;
 };
 
-enum { ROUTE_COMPLETIONS, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH };
+enum { ROUTE_COMPLETIONS, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_METRICS, ROUTE_TOKENIZE, ROUTE_DETOKENIZE };
 
 static const struct route routes[] = {
     {"/v1/completions", EVHTTP_REQ_POST, "POST", ROUTE_COMPLETIONS},
     {"/v1/chat/completions", EVHTTP_REQ_POST, "POST", ROUTE_CHAT},
     {"/v1/models", EVHTTP_REQ_GET, "GET", ROUTE_MODELS},
     {"/health", EVHTTP_REQ_GET, "GET", ROUTE_HEALTH},
+    {"/metrics", EVHTTP_REQ_GET, "GET", ROUTE_METRICS},
+    {"/tokenize", EVHTTP_REQ_POST, "POST", ROUTE_TOKENIZE},
+    {"/detokenize", EVHTTP_REQ_POST, "POST", ROUTE_DETOKENIZE},
 };
 
 void api_handle(struct evhttp_request *http, void *arg)
@@ -715,14 +601,19 @@ void api_handle(struct evhttp_request *http, void *arg)
         /* libevent calls back without a URI when reading the request failed; it set the
          * status (413 for a body over the limit) */
         int code = evhttp_request_get_response_code(http);
-        if (code == 413)
+        if (code == 413) {
+            metrics_count_rejected(&f->metrics, METRICS_REJECT_TOO_LARGE);
             api_send_error(http, 413, "invalid_request_error",
                            "the request body is larger than the server accepts", NULL, NULL);
-        else
+        } else {
+            metrics_count_rejected(&f->metrics, METRICS_REJECT_INVALID);
             api_send_error(http, code >= 400 ? code : 400, "invalid_request_error",
                            "malformed HTTP request", NULL, NULL);
+        }
         return;
     }
+    if (!guard(f, http, path))
+        return;
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         const struct route *rt = &routes[i];
         if (strcmp(path, rt->path) != 0)
@@ -742,6 +633,12 @@ void api_handle(struct evhttp_request *http, void *arg)
             return handle_models(f, http);
         case ROUTE_HEALTH:
             return handle_health(f, http);
+        case ROUTE_METRICS:
+            return handle_metrics(f, http);
+        case ROUTE_TOKENIZE:
+            return api_tokenize(f, http);
+        case ROUTE_DETOKENIZE:
+            return api_detokenize(f, http);
         }
     }
     api_send_error(http, 404, "invalid_request_error", "no such route", NULL, NULL);

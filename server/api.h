@@ -8,7 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "auth.h"
 #include "chat.h"
+#include "metrics.h"
 #include "queue.h"
 #include "wire.h"
 
@@ -43,7 +45,18 @@ struct front {
     uint64_t next_req_id;
     uint64_t id_salt;
     int64_t started_at; /* unix seconds */
+    /* set up by api_init(): API keys, per-client rate limits, the Prometheus registry */
+    struct auth auth;
+    struct ratelimit *ratelimit; /* NULL: --rate-limit 0 (off) */
+    struct metrics metrics;
+    uint32_t n_active;           /* HTTP generation requests admitted and not yet over */
 };
+
+/* Set up f's API keys (cfg's --api-key flags, --api-key-file, KILN_API_KEYS, --metrics-key),
+ * rate limiter and metrics. Returns 0 or -errno with a one-line message in err. */
+int api_init(struct front *f, char *err, size_t errlen);
+/* Release what api_init() set up. Safe after a failed api_init(). */
+void api_free(struct front *f);
 
 /* Fill m from cfg: the mock (byte tokenizer, "mock", --ctx or 4096) or a GGUF file (its name,
  * context length, tokenizer and chat template); --chat-template overrides the family.
@@ -63,15 +76,18 @@ void api_send_error(struct evhttp_request *http, int status, const char *type,
 /* The OpenAI name of a finish reason: "stop", "length". */
 const char *api_finish_name(enum finish_reason reason);
 
-/* JSON texts (malloc'd, NUL-terminated; NULL when out of memory) for request r:
- * a stream chunk carrying text (len bytes; NULL with len 0 for none), the role (chat's first
- * chunk) or the finish reason (NULL: none); */
-char *api_json_chunk(const struct request *r, const char *text, size_t len, bool role,
-                     const char *finish);
-/* the usage-only chunk of stream_options.include_usage; */
+/* JSON texts (malloc'd, NUL-terminated; NULL when out of memory) for request r (a lead):
+ * a stream chunk of choice index carrying text (len bytes; NULL with len 0 for none), the
+ * role (chat's first chunk) or the finish reason (NULL: none), and logprobs (the route's
+ * shape from api_json_logprobs(), taken over; NULL: none); */
+struct json_t;
+char *api_json_chunk(const struct request *r, uint32_t index, const char *text, size_t len,
+                     bool role, const char *finish, struct json_t *logprobs);
+/* the usage-only chunk of stream_options.include_usage (r->prompt_tokens and
+ * r->completion_tokens, the sum over the choices); */
 char *api_json_usage_chunk(const struct request *r);
-/* the whole reply of a non-stream request, text of len bytes. */
-char *api_json_reply(const struct request *r, const char *text, size_t len, const char *finish);
+/* the whole reply of a non-stream request: every choice of r->outs. */
+char *api_json_reply(const struct request *r);
 /* an error object, for an error event inside a stream. */
 char *api_json_error(const char *type, const char *message, const char *param, const char *code);
 

@@ -60,9 +60,10 @@ bool auth_enabled(const struct auth *a);
 int auth_check(const struct auth *a, const char *authorization);
 
 /* Whether path (a query string after '?' is ignored) needs a credential. With API keys
- * configured every path but /health and /metrics needs one (so /v1/..., /tokenize,
- * /detokenize, and unknown paths too: deny by default). /metrics needs the metrics key when
- * one is set, and nothing otherwise; /health is always open. */
+ * configured, every path under /v1/ (known or not: deny by default there), /tokenize and
+ * /detokenize need one; other paths are not the API's (the front answers 404 to them).
+ * /metrics needs the metrics key when one is set, and nothing otherwise; /health is always
+ * open. */
 bool auth_route_needs_key(const struct auth *a, const char *path);
 
 /* The whole decision for one request: the key's index for a route that needs an API key and

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum opt_kind { OPT_STR, OPT_U32, OPT_U64, OPT_BOOL, OPT_LEVEL };
+enum opt_kind { OPT_STR, OPT_U32, OPT_U64, OPT_BOOL, OPT_LEVEL, OPT_STRS };
 
 struct opt {
     const char *name; /* without the leading "--" */
@@ -44,6 +44,28 @@ static const struct opt opts[] = {
     {"chat-template", OPT_STR, F(chat_template), 0, 0, "(from the model)",
      "chat template family: fallback, chatml, llama2, llama3, mistral, zephyr, phi3, gemma"},
     {"log-level", OPT_LEVEL, F(log_level), 0, 0, "info", "debug, info, warn or error"},
+    {"watchdog-ms", OPT_U32, F(watchdog_ms), 0, 86400000, "10000",
+     "kill a worker that has work but makes no progress for this long (0: never)"},
+    {"drain-ms", OPT_U32, F(drain_ms), 0, 86400000, "30000",
+     "on SIGTERM/SIGINT, how long running requests may finish before they are cancelled"},
+    {"restart-backoff-ms", OPT_U32, F(restart_backoff_ms), 1, 10000, "100",
+     "first delay before a dead worker is restarted; doubles per death in a row, up to 10 s"},
+    {"api-key", OPT_STRS, F(api_keys), 0, 0, "(none)",
+     "an API key clients must send as Bearer (repeatable; also KILN_API_KEYS=k1,k2)"},
+    {"api-key-file", OPT_STR, F(api_key_file), 0, 0, "(none)", "a file of API keys, one a line"},
+    {"metrics-key", OPT_STR, F(metrics_key), 0, 0, "(open)", "the Bearer key /metrics needs"},
+    {"rate-limit", OPT_U32, F(rate_limit), 0, 1000000, "0",
+     "requests per second per API key (or client address); 0: off; 429 above"},
+    {"rate-burst", OPT_U32, F(rate_burst), 0, 1000000, "0",
+     "requests a client may make at once above its rate (0: the rate, at least 1)"},
+    {"max-concurrent-requests", OPT_U32, F(max_concurrent), 0, 1000000, "0",
+     "generation requests admitted at once, running or waiting (0: no limit); 429 above"},
+    {"request-timeout-ms", OPT_U32, F(request_timeout_ms), 0, UINT32_MAX, "0",
+     "a generation not finished in time is cancelled: 504, or an error event in a stream"},
+    {"max-prompt-bytes", OPT_U64, F(max_prompt_bytes), 1, UINT64_C(1) << 40, "1048576",
+     "longest prompt (or rendered messages) in bytes, checked before tokenizing (413)"},
+    {"max-header-bytes", OPT_U32, F(max_header_bytes), 256, 1u << 24, "16384",
+     "the request line and headers together (431 above)"},
     {"help", OPT_BOOL, F(help), 0, 0, "", "print this help and exit"},
 };
 
@@ -60,6 +82,11 @@ void config_init(struct kiln_config *c)
     c->max_prefill_tokens = 512;
     c->max_body_bytes = 1u << 20;
     c->log_level = LOG_LEVEL_INFO;
+    c->watchdog_ms = 10000;
+    c->drain_ms = 30000;
+    c->restart_backoff_ms = 100;
+    c->max_prompt_bytes = 1u << 20;
+    c->max_header_bytes = 16384;
 }
 
 int config_log_level(const char *s)
@@ -127,6 +154,15 @@ static int set_opt(struct kiln_config *c, const struct opt *o, const char *val, 
             memcpy(field, &l, sizeof(l));
         }
         return 0;
+    case OPT_STRS: {
+        struct config_strs *l = (struct config_strs *)(void *)field;
+        if (l->n >= CONFIG_MAX_REPEAT) {
+            snprintf(err, errlen, "--%s: more than %d given", o->name, CONFIG_MAX_REPEAT);
+            return -EINVAL;
+        }
+        l->v[l->n++] = val;
+        return 0;
+    }
     case OPT_BOOL:
         break;
     }
@@ -191,7 +227,7 @@ void config_usage(FILE *f, const char *prog)
         char left[64];
         const struct opt *o = &opts[i];
         snprintf(left, sizeof(left), "--%s%s", o->name, o->kind == OPT_BOOL ? "" : " N");
-        if (o->kind == OPT_STR || o->kind == OPT_LEVEL)
+        if (o->kind == OPT_STR || o->kind == OPT_LEVEL || o->kind == OPT_STRS)
             snprintf(left, sizeof(left), "--%s %s", o->name,
                      o->kind == OPT_LEVEL ? "LEVEL" : "TEXT");
         if (o->defval[0])

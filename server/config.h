@@ -11,6 +11,13 @@
 
 #include "log.h"
 
+/* A flag that may be given several times (--api-key). */
+#define CONFIG_MAX_REPEAT 64
+struct config_strs {
+    const char *v[CONFIG_MAX_REPEAT];
+    uint32_t n;
+};
+
 struct kiln_config {
     const char *model;          /* "mock" or a GGUF path; required */
     const char *host;
@@ -25,8 +32,21 @@ struct kiln_config {
     const char *mock_reply;     /* NULL: the worker's default */
     uint32_t mock_delay_ms;
     bool mock_faults;
+    uint32_t watchdog_ms;       /* a busy worker without progress this long is killed; 0: off */
+    uint32_t drain_ms;          /* on SIGTERM, running requests get this long to finish */
+    uint32_t restart_backoff_ms; /* first respawn delay; doubles per death in a row */
     const char *chat_template;  /* NULL: detect from the model */
     enum log_level log_level;
+    /* the API's keys and limits */
+    struct config_strs api_keys;   /* --api-key, repeatable */
+    const char *api_key_file;      /* NULL: none */
+    const char *metrics_key;       /* NULL: /metrics is open */
+    uint32_t rate_limit;           /* requests per second per client; 0: off */
+    uint32_t rate_burst;           /* 0: as rate_limit (at least 1) */
+    uint32_t max_concurrent;       /* generation requests admitted at once; 0: no limit */
+    uint32_t request_timeout_ms;   /* 0: none */
+    uint64_t max_prompt_bytes;     /* longest prompt text (or messages) before tokenizing */
+    uint32_t max_header_bytes;     /* the request line and headers together */
     bool help;                  /* --help was given */
 };
 

@@ -83,6 +83,12 @@ int main(int argc, char **argv)
         log_error("%s", err);
         return 1;
     }
+    if (api_init(&f, err, sizeof(err)) < 0) {
+        log_error("%s", err);
+        api_free(&f);
+        front_model_close(&f.model);
+        return 1;
+    }
     if (!(f.base = event_base_new())) {
         log_error("event_base_new failed");
         goto out;
@@ -115,6 +121,7 @@ out:
         event_free(ev_int);
     if (f.base)
         event_base_free(f.base);
+    api_free(&f);
     front_model_close(&f.model);
     return status;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <sys/time.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -16,6 +17,9 @@
 #include <event2/http.h>
 
 #include "api.h"
+#include "api_impl.h"
+#include "config.h"
+#include "hist.h"
 #include "log.h"
 #include "queue.h"
 #include "relay.h"
@@ -36,7 +40,9 @@ static evutil_socket_t client_fd(struct request *r)
 {
     struct evhttp_connection *evcon;
     struct bufferevent *bev;
-    if (!r->http || !(evcon = evhttp_request_get_connection(r->http)) ||
+    if (r->lead && r->lead != r)
+        r = r->lead; /* the choices of n share the lead's connection */
+    if (!r || !r->http || !(evcon = evhttp_request_get_connection(r->http)) ||
         !(bev = evhttp_connection_get_bufferevent(evcon)))
         return -1;
     return bufferevent_getfd(bev);
@@ -91,6 +97,22 @@ static void request_maybe_free(struct request *r)
     TAILQ_REMOVE(&f->requests, r, link_all);
     f->n_requests--;
     unwatch_peer(r);
+    if (r->lead == r) {
+        /* choices still waiting for their job's final record live on without their lead */
+        for (uint32_t i = 1; i < r->n_choices; i++)
+            if (r->choices[i])
+                r->choices[i]->lead = NULL;
+        for (uint32_t i = 0; i < r->n_choices; i++) {
+            if (r->outs[i].text)
+                evbuffer_free(r->outs[i].text);
+            json_decref(r->outs[i].logprobs);
+        }
+        if (r->ev_timeout)
+            event_free(r->ev_timeout);
+        free(r->echo_text);
+    } else if (r->lead) {
+        r->lead->choices[r->index] = NULL;
+    }
     for (uint32_t i = 0; i < r->n_stops; i++)
         free(r->stops[i]);
     free(r->prompt);
@@ -120,6 +142,10 @@ struct request *request_create(struct front *f, struct evhttp_request *http,
              kind == REQUEST_KIND_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)f->id_salt,
              (unsigned long long)r->req_id);
     proto_sampling_init(&r->sampling);
+    r->lead = r;
+    r->n_choices = 1;
+    r->choices[0] = r;
+    r->t_admit_us = hist_now_us();
     TAILQ_INSERT_TAIL(&f->requests, r, link_all);
     f->n_requests++;
     struct evhttp_connection *evcon = evhttp_request_get_connection(http);
@@ -141,9 +167,9 @@ static void release_http(struct request *r)
         evhttp_connection_set_closecb(evcon, NULL, NULL);
 }
 
-/* The generation is over for the client (answered, failed or gone): leave the queue, cancel
- * a running job, free what nothing refers to any more. */
-static void request_end(struct request *r)
+/* One job is over for the client: leave the queue, cancel it if it runs, free it if nothing
+ * refers to it. */
+static void end_one(struct request *r)
 {
     r->finished = true;
     if (r->queued)
@@ -155,108 +181,188 @@ static void request_end(struct request *r)
     request_maybe_free(r);
 }
 
-static void send_sse(struct request *r, const char *json)
+/* The generation is over for the client (answered, failed or gone): end every choice; the
+ * lead last, since the others read it. */
+static void request_end(struct request *r)
 {
-    if (!r->http || !json)
+    struct request *lead = r->lead;
+    if (!lead) {
+        end_one(r);
         return;
-    evbuffer_add(r->text, "data: ", 6);
-    evbuffer_add(r->text, json, strlen(json));
-    evbuffer_add(r->text, "\n\n", 2);
-    evhttp_send_reply_chunk(r->http, r->text);
+    }
+    if (lead->counted) {
+        lead->counted = false;
+        lead->f->n_active--;
+    }
+    if (lead->ev_timeout)
+        event_del(lead->ev_timeout);
+    lead->hold++;
+    for (uint32_t i = 1; i < lead->n_choices; i++)
+        if (lead->choices[i] && !lead->choices[i]->finished)
+            end_one(lead->choices[i]);
+    lead->hold--;
+    end_one(lead);
 }
 
-static void stream_begin(struct request *r)
+static void send_sse(struct request *lead, const char *json)
 {
-    if (r->reply_started || !r->http)
+    if (!lead->http || !json)
         return;
-    struct evkeyvalq *h = evhttp_request_get_output_headers(r->http);
+    evbuffer_add(lead->text, "data: ", 6);
+    evbuffer_add(lead->text, json, strlen(json));
+    evbuffer_add(lead->text, "\n\n", 2);
+    evhttp_send_reply_chunk(lead->http, lead->text);
+}
+
+static void stream_begin(struct request *lead)
+{
+    if (lead->reply_started || !lead->http)
+        return;
+    struct evkeyvalq *h = evhttp_request_get_output_headers(lead->http);
     evhttp_add_header(h, "Content-Type", "text/event-stream");
     evhttp_add_header(h, "Cache-Control", "no-cache");
-    evhttp_send_reply_start(r->http, 200, "OK");
-    r->reply_started = true;
-    if (r->kind == REQUEST_KIND_CHAT) {
-        char *j = api_json_chunk(r, "", 0, true, NULL);
-        send_sse(r, j);
+    evhttp_send_reply_start(lead->http, 200, "OK");
+    lead->reply_started = true;
+    for (uint32_t i = 0; i < lead->n_choices; i++) {
+        char *j = NULL;
+        if (lead->kind == REQUEST_KIND_CHAT)
+            j = api_json_chunk(lead, i, "", 0, true, NULL, NULL);
+        else if (lead->echo && lead->echo_len)
+            j = api_json_chunk(lead, i, lead->echo_text, lead->echo_len, false, NULL, NULL);
+        send_sse(lead, j);
         free(j);
     }
 }
 
 static void emit_started(struct request *r, uint32_t prompt_tokens)
 {
+    struct request *lead = r->lead;
     r->prompt_tokens = prompt_tokens;
-    if (r->stream)
-        stream_begin(r);
+    if (r == lead) /* admission -> the worker starts the job */
+        metrics_observe_queue_time(&r->f->metrics, hist_now_us() - lead->t_admit_us);
+    if (lead->stream)
+        stream_begin(lead);
 }
 
-static void emit_text(struct request *r, const char *s, size_t n)
+static void emit_text(struct request *r, const struct relay_event *ev)
 {
-    if (n == 0 || !r->http)
+    struct request *lead = r->lead;
+    struct request_out *o = &lead->outs[r->index];
+    struct metrics *m = &r->f->metrics;
+    uint64_t now = hist_now_us();
+    json_t *lp = NULL;
+
+    if (!lead->http || (ev->len == 0 && !(lead->logprobs && ev->n_tokens)))
         return;
-    if (r->stream) {
-        stream_begin(r);
-        char *j = api_json_chunk(r, s, n, false, NULL);
-        send_sse(r, j);
+    if (ev->len) {
+        if (!lead->t_first_us) {
+            lead->t_first_us = now;
+            metrics_observe_ttft(m, now - lead->t_admit_us);
+        }
+        if (r->t_last_us)
+            metrics_observe_itl(m, now - r->t_last_us);
+        r->t_last_us = now;
+    }
+    if (lead->logprobs)
+        lp = api_json_logprobs(lead, ev->tokens, ev->n_tokens, lead->stream ? NULL : o->logprobs,
+                               &o->text_offset);
+    if (lead->stream) {
+        stream_begin(lead);
+        char *j = api_json_chunk(lead, r->index, ev->text, ev->len, false, NULL, lp);
+        send_sse(lead, j);
         free(j);
     } else {
-        evbuffer_add(r->text, s, n);
+        o->logprobs = lp;
+        evbuffer_add(o->text, ev->text, ev->len);
     }
+}
+
+static enum metrics_finish finish_metric(const char *finish)
+{
+    return strcmp(finish, "length") == 0 ? METRICS_FINISH_LENGTH : METRICS_FINISH_STOP;
+}
+
+/* Every choice finished: the last chunks or the whole reply. */
+static void answer(struct request *lead)
+{
+    struct metrics *m = &lead->f->metrics;
+    lead->completion_tokens = 0;
+    for (uint32_t i = 0; i < lead->n_choices; i++) {
+        lead->completion_tokens += lead->outs[i].completion_tokens;
+        metrics_count_finished(m, finish_metric(lead->outs[i].finish));
+    }
+    metrics_count_tokens(m, lead->prompt_tokens, lead->completion_tokens);
+    release_http(lead);
+    if (lead->stream) {
+        stream_begin(lead);
+        if (lead->include_usage) {
+            char *j = api_json_usage_chunk(lead);
+            send_sse(lead, j);
+            free(j);
+        }
+        evbuffer_add(lead->text, "data: [DONE]\n\n", 14);
+        evhttp_send_reply_chunk(lead->http, lead->text);
+        evhttp_send_reply_end(lead->http);
+    } else {
+        char *j = api_json_reply(lead);
+        struct evbuffer *body = evbuffer_new();
+        if (j && body) {
+            evhttp_add_header(evhttp_request_get_output_headers(lead->http), "Content-Type",
+                              "application/json");
+            evbuffer_add(body, j, strlen(j));
+            evhttp_send_reply(lead->http, 200, "OK", body);
+        } else {
+            api_send_error(lead->http, 500, "server_error", "out of memory", NULL, NULL);
+        }
+        free(j);
+        if (body)
+            evbuffer_free(body);
+    }
+    lead->http = NULL;
+    metrics_observe_e2e(m, hist_now_us() - lead->t_admit_us);
 }
 
 static void emit_finished(struct request *r, enum finish_reason reason, uint32_t completion)
 {
-    const char *finish = api_finish_name(reason);
+    struct request *lead = r->lead;
+    struct request_out *o = &lead->outs[r->index];
+    o->finish = api_finish_name(reason);
+    o->completion_tokens = completion;
     r->completion_tokens = completion;
-    if (r->http) {
-        release_http(r);
-        if (r->stream) {
-            stream_begin(r);
-            char *j = api_json_chunk(r, NULL, 0, false, finish);
-            send_sse(r, j);
-            free(j);
-            if (r->include_usage) {
-                j = api_json_usage_chunk(r);
-                send_sse(r, j);
-                free(j);
-            }
-            evbuffer_add(r->text, "data: [DONE]\n\n", 14);
-            evhttp_send_reply_chunk(r->http, r->text);
-            evhttp_send_reply_end(r->http);
-        } else {
-            size_t len = evbuffer_get_length(r->text);
-            char *text = (char *)evbuffer_pullup(r->text, -1);
-            char *j = api_json_reply(r, text ? text : "", len, finish);
-            struct evbuffer *body = evbuffer_new();
-            if (j && body) {
-                evhttp_add_header(evhttp_request_get_output_headers(r->http), "Content-Type",
-                                  "application/json");
-                evbuffer_add(body, j, strlen(j));
-                evhttp_send_reply(r->http, 200, "OK", body);
-            } else {
-                api_send_error(r->http, 500, "server_error", "out of memory", NULL, NULL);
-            }
-            free(j);
-            if (body)
-                evbuffer_free(body);
-        }
-        r->http = NULL;
+    r->choice_done = true;
+    if (lead->http && lead->stream) {
+        stream_begin(lead);
+        char *j = api_json_chunk(lead, r->index, NULL, 0, false, o->finish, NULL);
+        send_sse(lead, j);
+        free(j);
     }
-    request_end(r);
+    if (++lead->n_done < lead->n_choices) {
+        if (r != lead)
+            end_one(r);
+        return;
+    }
+    if (lead->http)
+        answer(lead);
+    request_end(lead);
 }
 
 void request_fail(struct request *r, int status, const char *type, const char *message,
                   const char *param, const char *code)
 {
-    if (r->http) {
-        release_http(r);
-        if (r->reply_started) {
+    struct request *lead = r->lead ? r->lead : r;
+    if (lead->http) {
+        release_http(lead);
+        if (status >= 500 && status != 503)
+            metrics_count_finished(&r->f->metrics, METRICS_FINISH_ERROR);
+        if (lead->reply_started) {
             char *j = api_json_error(type, message, param, code);
-            send_sse(r, j);
+            send_sse(lead, j);
             free(j);
-            evhttp_send_reply_end(r->http);
+            evhttp_send_reply_end(lead->http);
         } else {
-            api_send_error(r->http, status, type, message, param, code);
+            api_send_error(lead->http, status, type, message, param, code);
         }
-        r->http = NULL;
+        lead->http = NULL;
     }
     request_end(r);
 }
@@ -275,6 +381,7 @@ static void on_close(struct evhttp_connection *evcon, void *arg)
     }
     if (!r->finished) {
         r->client_gone = true;
+        metrics_count_finished(&r->f->metrics, METRICS_FINISH_CANCELLED);
         log_debug("request %llu: client left", (unsigned long long)r->req_id);
         request_end(r);
     }
@@ -296,7 +403,7 @@ static void send_cancel(struct request *r)
 
 static void handle_event(struct request *r, const struct relay_event *ev)
 {
-    if (r->finished)
+    if (r->finished || r->choice_done || !r->lead || r->lead->finished)
         return;
     switch (ev->type) {
     case RELAY_EVENT_STARTED:
@@ -304,7 +411,7 @@ static void handle_event(struct request *r, const struct relay_event *ev)
         emit_started(r, ev->prompt_tokens);
         break;
     case RELAY_EVENT_TEXT:
-        emit_text(r, ev->text, ev->len);
+        emit_text(r, ev);
         break;
     case RELAY_EVENT_FINISHED:
         emit_finished(r,
@@ -322,8 +429,11 @@ static void handle_event(struct request *r, const struct relay_event *ev)
 void request_on_record(struct request *r, const struct proto_msg *m)
 {
     struct relay_out out;
+    struct request *lead = r->lead;
 
     r->hold++;
+    if (lead && lead != r)
+        lead->hold++; /* an event of r may end the group */
     if (m->type == MSG_TYPE_STARTED)
         r->started = true;
     if (m->type == MSG_TYPE_DONE || m->type == MSG_TYPE_FAILED)
@@ -339,6 +449,10 @@ void request_on_record(struct request *r, const struct proto_msg *m)
             send_cancel(r);
         for (uint32_t i = 0; i < out.n; i++)
             handle_event(r, &out.ev[i]);
+    }
+    if (lead && lead != r && r->lead) {
+        lead->hold--;
+        request_maybe_free(lead);
     }
     r->hold--;
     request_maybe_free(r);
@@ -358,33 +472,113 @@ void request_on_job_lost(struct request *r, const char *cause)
     request_fail(r, 500, "server_error", cause, NULL, NULL);
 }
 
-int request_start(struct request *r)
+static void on_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct request *lead = arg;
+    (void)fd;
+    (void)what;
+    if (lead->finished)
+        return;
+    log_info("request %llu: not finished within %u ms; cancelled",
+             (unsigned long long)lead->req_id, lead->f->cfg->request_timeout_ms);
+    request_fail(lead, 504, "server_error", "the request did not finish in time", NULL,
+                 "timeout");
+}
+
+/* Choice i of lead: a copy of its job with seed + i. NULL when out of memory. */
+static struct request *make_choice(struct request *lead, uint32_t i)
+{
+    struct front *f = lead->f;
+    struct request *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->f = f;
+    c->kind = lead->kind;
+    c->req_id = ++f->next_req_id;
+    memcpy(c->id, lead->id, sizeof(c->id));
+    c->created = lead->created;
+    c->sampling = lead->sampling;
+    c->sampling.seed = lead->sampling.seed + i;
+    c->max_new_tokens = lead->max_new_tokens;
+    c->lead = lead;
+    c->index = i;
+    c->t_admit_us = lead->t_admit_us;
+    if (!(c->prompt = malloc((size_t)lead->n_prompt * sizeof(uint32_t)))) {
+        free(c);
+        return NULL;
+    }
+    memcpy(c->prompt, lead->prompt, (size_t)lead->n_prompt * sizeof(uint32_t));
+    c->n_prompt = lead->n_prompt;
+    TAILQ_INSERT_TAIL(&f->requests, c, link_all);
+    f->n_requests++;
+    lead->choices[i] = c;
+    return c;
+}
+
+static int make_relay(struct request *lead, struct request *c)
 {
     size_t lens[REQUEST_MAX_STOPS];
-    for (uint32_t i = 0; i < r->n_stops; i++)
-        lens[i] = strlen(r->stops[i]);
-    int rc = relay_create(r->f->model.tok, (const char *const *)r->stops, lens, r->n_stops,
-                          &r->relay);
+    for (uint32_t i = 0; i < lead->n_stops; i++)
+        lens[i] = strlen(lead->stops[i]);
+    return relay_create(lead->f->model.tok, (const char *const *)lead->stops, lens,
+                        lead->n_stops, &c->relay);
+}
+
+int request_start(struct request *r)
+{
+    struct front *f = r->f;
+    int rc = 0;
+
+    r->counted = true;
+    f->n_active++;
+    for (uint32_t i = 0; i < r->n_choices; i++) {
+        struct request_out *o = &r->outs[i];
+        if (!(o->text = evbuffer_new()))
+            rc = -ENOMEM;
+        else if (r->echo && r->echo_len)
+            evbuffer_add(o->text, r->echo_text, r->echo_len);
+        o->text_offset = (uint32_t)r->echo_len;
+        if (rc == 0 && i > 0 && !make_choice(r, i))
+            rc = -ENOMEM;
+        if (rc == 0)
+            rc = make_relay(r, r->choices[i]);
+        if (rc < 0)
+            break;
+    }
     if (rc == -ENOMEM) {
         request_fail(r, 500, "server_error", "out of memory", NULL, NULL);
         return rc;
     }
     if (rc < 0) {
+        metrics_count_rejected(&f->metrics, METRICS_REJECT_INVALID);
         request_fail(r, 400, "invalid_request_error", "invalid stop string", "stop", NULL);
         return rc;
     }
-    rc = queue_admit(&r->f->queue, r);
-    if (rc == -ENODEV) {
-        request_fail(r, 503, "server_error", "no worker is available (see /health)", NULL,
-                     "no_worker");
-        return rc;
+    if (f->cfg->request_timeout_ms) {
+        struct timeval tv = {(time_t)(f->cfg->request_timeout_ms / 1000),
+                             (suseconds_t)(f->cfg->request_timeout_ms % 1000) * 1000};
+        r->ev_timeout = evtimer_new(f->base, on_timeout, r);
+        if (!r->ev_timeout || evtimer_add(r->ev_timeout, &tv) < 0) {
+            request_fail(r, 500, "server_error", "out of memory", NULL, NULL);
+            return -ENOMEM;
+        }
     }
-    if (rc == -EBUSY) {
-        request_fail(r, 503, "server_error", "the server is busy; retry later", NULL,
-                     "server_busy");
-        return rc;
+    r->hold++;
+    for (uint32_t i = 0; i < r->n_choices && !r->finished; i++) {
+        rc = queue_admit(&f->queue, r->choices[i]);
+        if (rc == -ENODEV) {
+            metrics_count_rejected(&f->metrics, METRICS_REJECT_UNAVAILABLE);
+            request_fail(r, 503, "server_error", "no worker is available (see /health)", NULL,
+                         "no_worker");
+        } else if (rc == -EBUSY) {
+            metrics_count_rejected(&f->metrics, METRICS_REJECT_QUEUE_FULL);
+            request_fail(r, 503, "server_error", "the server is busy; retry later", NULL,
+                         "server_busy");
+        }
     }
-    return 0;
+    r->hold--;
+    request_maybe_free(r);
+    return rc < 0 ? rc : 0;
 }
 
 void request_abort(struct request *r)
@@ -392,6 +586,15 @@ void request_abort(struct request *r)
     if (r->queued)
         queue_remove(&r->f->queue, r);
     r->worker = NULL; /* the workers are going away */
+    r->hold = 0;
+    struct request *lead = r->lead;
+    if (lead && lead != r) {
+        /* a choice goes with its group; the lead answers the client */
+        lead->choices[r->index] = NULL;
+        r->lead = NULL;
+        end_one(r);
+        return;
+    }
     if (r->http)
         request_fail(r, 503, "server_error", "the server is shutting down", NULL, NULL);
     else

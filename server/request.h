@@ -19,6 +19,19 @@ struct worker;
 struct relay;
 
 #define REQUEST_MAX_STOPS 4
+/* Choices one request may ask for ("n"). */
+#define REQUEST_MAX_N 8
+
+struct json_t;
+
+/* One choice's answer so far, kept by the lead (below) for each of its choices. */
+struct request_out {
+    struct evbuffer *text;     /* whole replies: the text so far */
+    struct json_t *logprobs;   /* whole replies with logprobs: the route's shape so far */
+    uint32_t text_offset;      /* completions' logprobs.text_offset: bytes so far */
+    const char *finish;        /* "stop"/"length" once the choice finished, else NULL */
+    uint32_t completion_tokens;
+};
 
 enum request_kind { REQUEST_KIND_COMPLETION, REQUEST_KIND_CHAT };
 
@@ -55,6 +68,24 @@ struct request {
     struct relay *relay;
     struct evbuffer *text; /* whole (non-stream) replies: the text so far */
     uint32_t prompt_tokens, completion_tokens;
+
+    /* n choices are n requests, each its own job (seeds seed, seed+1, ...); the lead (choice
+     * 0) holds the connection, the answer being built (outs) and the group's timers, and is
+     * freed only once the group is over. A lone request is its own lead with n_choices 1. */
+    struct request *lead;   /* itself for the lead; NULL once the lead is gone */
+    uint32_t index;         /* choices[index] */
+    bool choice_done;       /* this choice finished (its answer is in lead->outs) */
+    uint32_t n_choices;     /* lead: how many */
+    uint32_t n_done;        /* lead: choices finished */
+    struct request *choices[REQUEST_MAX_N]; /* lead: every choice (NULL once freed) */
+    struct request_out outs[REQUEST_MAX_N]; /* lead */
+    bool echo;              /* completions: the prompt comes first in the text */
+    char *echo_text;        /* lead, echo: the prompt text */
+    size_t echo_len;
+    bool logprobs;          /* report logprobs (sampling.top_logprobs alternatives each) */
+    bool counted;           /* lead: counts towards --max-concurrent-requests */
+    uint64_t t_admit_us, t_first_us, t_last_us; /* hist_now_us(): admission, first, last text */
+    struct event *ev_timeout; /* lead: --request-timeout-ms */
 };
 
 /* A request for http (owned by f, on f->requests), watching for the client leaving. Returns
@@ -62,8 +93,9 @@ struct request {
 struct request *request_create(struct front *f, struct evhttp_request *http,
                                enum request_kind kind);
 
-/* Prepare the relay (stop strings, tokenizer) once the fields are set, then queue it. On a
- * refusal the client got its error answer and the request is freed. Returns 0 or -errno. */
+/* Prepare the relay (stop strings, tokenizer) once the fields are set, make the other
+ * n_choices - 1 choices (copies with seed + index), start the timeout and queue them all. On
+ * a refusal the client got its error answer and the request is freed. Returns 0 or -errno. */
 int request_start(struct request *r);
 
 /* Answer with an OpenAI error (before the stream began: a status and JSON body; after: an

@@ -192,9 +192,10 @@ static void test_auth_routes_need_a_key_except_health_and_metrics(void **state)
     assert_true(auth_route_needs_key(a, "/v1/models"));
     assert_true(auth_route_needs_key(a, "/tokenize"));
     assert_true(auth_route_needs_key(a, "/detokenize"));
-    assert_true(auth_route_needs_key(a, "/unknown"));   /* deny by default */
-    assert_true(auth_route_needs_key(a, "/healthz"));
-    assert_true(auth_route_needs_key(a, "//health"));
+    assert_true(auth_route_needs_key(a, "/v1/unknown")); /* the API's space: deny by default */
+    assert_false(auth_route_needs_key(a, "/unknown"));   /* not served: the front answers 404 */
+    assert_false(auth_route_needs_key(a, "/healthz"));
+    assert_false(auth_route_needs_key(a, "//health"));
     assert_false(auth_route_needs_key(a, "/health"));
     assert_false(auth_route_needs_key(a, "/health?verbose=1"));
     assert_false(auth_route_needs_key(a, "/metrics"));

@@ -1,0 +1,57 @@
+/* Private to the API's files (api.c, api_parse.c, api_json.c, request.c): a request error
+ * being built, the parsed fields that do not live in struct request, and JSON helpers. */
+#ifndef API_IMPL_H
+#define API_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "relay.h"
+#include "request.h"
+
+/* A refusal in the making: the OpenAI error's message, param and code, and the status. */
+struct perr {
+    char msg[256];
+    const char *param;
+    const char *code;
+    int status;
+};
+
+/* Fill e as a 400 naming param (may be NULL). Returns -EINVAL. */
+int api_bad(struct perr *e, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* What api_parse_common() gives back besides the fields it sets in r. */
+struct api_params {
+    uint32_t max_tokens; /* 0: not given */
+    bool seed_given;
+};
+
+/* The fields both routes share: model, stream and stream_options, max_tokens and
+ * max_completion_tokens, n, stop, sampling, logprobs (the route's form), user; and a 400
+ * naming any field kiln does not implement. Returns 0, -EINVAL (e set: 400, or 404 for
+ * another model) or -ENOMEM. */
+int api_parse_common(struct request *r, json_t *o, struct api_params *p, struct perr *e);
+
+/* A completion's prompt: a string or an array of one string (*text borrowed from o, *len),
+ * or an array of token ids (*ids malloc'd, *n_ids; *text NULL). Returns 0 or -EINVAL /
+ * -ENOMEM with e set. */
+int api_parse_prompt(const struct request *r, json_t *o, const char **text, size_t *len,
+                     uint32_t **ids, uint32_t *n_ids, struct perr *e);
+
+/* A JSON string of len bytes; invalid UTF-8 becomes U+FFFD. NULL when out of memory. */
+json_t *api_json_text(const char *s, size_t len);
+
+/* Serialise root compactly and release it (NULL in, NULL out). */
+char *api_json_finish(json_t *root);
+
+/* The logprobs of n tokens in the route's shape, for a stream chunk or to append to a
+ * whole reply's (append_to NULL: a new object/array). text_offset: the reply's bytes before
+ * these tokens (completions), advanced by their pieces. */
+json_t *api_json_logprobs(const struct request *r, const struct relay_token *toks, uint32_t n,
+                          json_t *append_to, uint32_t *text_offset);
+
+#endif
