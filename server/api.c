@@ -27,6 +27,7 @@
 #include "shm_region.h"
 #include "stop.h"
 #include "tokenizer.h"
+#include "supervisor.h"
 #include "workers.h"
 
 #define MOCK_CONTEXT 4096
@@ -318,7 +319,7 @@ static int completion_prompt(struct request *r, json_t *o, uint32_t max_tokens, 
             return rc;
         if (r->echo && !(r->echo_text = strndup(text, tlen)))
             return -ENOMEM;
-        r->echo_len = tlen;
+        r->echo_len = r->echo ? tlen : 0;
         return 0;
     }
     r->prompt = ids;
@@ -433,27 +434,14 @@ static void handle_models(struct front *f, struct evhttp_request *http)
 
 static void handle_health(struct front *f, struct evhttp_request *http)
 {
-    json_t *arr = json_array();
-    uint32_t running = 0;
-    bool ready = workers_any_ready(f->workers);
-    for (uint32_t i = 0; i < workers_count(f->workers); i++) {
-        struct worker *w = workers_get(f->workers, i);
-        enum worker_life l = worker_life_get(w);
-        uint32_t waiting = 0;
-        if (w->reg.hdr)
-            waiting = atomic_load_explicit(&w->reg.hdr->waiting, memory_order_relaxed);
-        running += w->used;
-        json_array_append_new(arr, json_pack("{s:i, s:I, s:s, s:i, s:i, s:i}", "id", (int)w->id,
-                                             "pid", (json_int_t)w->pid, "state",
-                                             worker_life_name(l), "running", (int)w->used,
-                                             "waiting", (int)waiting, "restarts",
-                                             (int)(w->n_spawns ? w->n_spawns - 1 : 0)));
+    /* the workers' part is the supervisor's; the model and the queue are the front's */
+    int status = 500;
+    json_t *j = supervisor_health(f->workers, &status);
+    if (j) {
+        json_object_set_new(j, "model", json_string(f->model.name));
+        json_object_set_new(j, "waiting", json_integer(f->queue.n));
     }
-    send_json(http, ready ? 200 : 503,
-              api_json_finish(json_pack("{s:s, s:s, s:i, s:i, s:o}", "status",
-                                    ready ? "ok" : "unavailable", "model", f->model.name,
-                                    "running", (int)running, "waiting", (int)f->queue.n,
-                                    "workers", arr)));
+    send_json(http, status, api_json_finish(j));
 }
 
 /* ---- keys, rate limits, metrics ---- */
