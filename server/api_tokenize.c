@@ -184,6 +184,8 @@ oom:
 /* Append len bytes to the growing text (*buf, *used, *cap). Returns 0 or -ENOMEM. */
 static int tk_append(char **buf, size_t *used, size_t *cap, const char *s, size_t len)
 {
+    if (len == 0)
+        return 0; /* *buf may still be NULL: no memcpy with it */
     if (len > *cap - *used) {
         size_t ncap = *cap ? *cap : 256;
         while (len > ncap - *used)
