@@ -1,5 +1,7 @@
 /* kiln, the front process: parse flags, learn the model's facts, spawn the workers, serve
- * the OpenAI API from one libevent loop, and stop cleanly on SIGTERM/SIGINT. */
+ * the OpenAI API from one libevent loop, and stop cleanly on SIGTERM/SIGINT: stop accepting,
+ * let running requests finish within --drain-ms, cancel the rest, stop the workers, exit 0.
+ * A second signal stops at once (the workers are killed). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -9,6 +11,7 @@
 #include <time.h>
 
 #include <event2/event.h>
+#include <event2/http.h>
 
 #include "api.h"
 #include "config.h"
@@ -16,10 +19,26 @@
 #include "log.h"
 #include "queue.h"
 #include "request.h"
+#include "supervisor.h"
 #include "workers.h"
 
 /* How long workers get to exit after SIGTERM before SIGKILL. */
 #define WORKER_STOP_MS 3000
+/* While draining, how often to look whether every request is over. */
+#define DRAIN_TICK_MS 50
+/* After the workers are gone, time for the last answers to leave the sockets. */
+#define FLUSH_MS 50
+
+enum front_phase { FRONT_SERVING, FRONT_DRAINING, FRONT_STOPPING };
+
+/* The shutdown's state, driven by the signal events and the drain tick. */
+struct shutdown {
+    struct front *f;
+    enum front_phase phase;
+    bool hard;              /* a second signal: workers killed, loop left at once */
+    struct event *ev_tick;  /* draining: are the requests over? */
+    struct timespec deadline;
+};
 
 static void on_job_record(void *ctx, struct worker *w, void *owner, const struct proto_msg *m)
 {
@@ -43,11 +62,99 @@ static void on_capacity(void *ctx)
 
 static const struct workers_ops ops = {on_job_record, on_job_lost, on_capacity};
 
+static void on_workers_stopped(void *arg)
+{
+    struct shutdown *sd = arg;
+    /* not loopbreak: the last error events and stream ends still have to be written */
+    struct timeval tv = {0, FLUSH_MS * 1000};
+    event_base_loopexit(sd->f->base, &tv);
+}
+
+/* The first unfinished request, or NULL. */
+static struct request *first_unfinished(struct front *f)
+{
+    struct request *r;
+    TAILQ_FOREACH(r, &f->requests, link_all)
+        if (!r->finished)
+            return r;
+    return NULL;
+}
+
+/* Drain over: cancel what still runs (its client gets an error event and the end of its
+ * stream, or a 503), then stop the workers; the loop ends once they are reaped. */
+static void begin_stop(struct shutdown *sd)
+{
+    struct front *f = sd->f;
+    struct request *r;
+    sd->phase = FRONT_STOPPING;
+    event_del(sd->ev_tick);
+    /* failing one may free others (its group): look again from the start each time */
+    while ((r = first_unfinished(f))) {
+        log_warn("request %llu: not finished when the drain ended; cancelled",
+                 (unsigned long long)r->req_id);
+        request_fail(r, 503, "server_error", "the server is shutting down", NULL,
+                     "shutting_down");
+    }
+    supervisor_stop(f->workers, WORKER_STOP_MS, on_workers_stopped, sd);
+}
+
+static void on_drain_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct shutdown *sd = arg;
+    struct timespec now;
+    (void)fd;
+    (void)what;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (!first_unfinished(sd->f) || now.tv_sec > sd->deadline.tv_sec ||
+        (now.tv_sec == sd->deadline.tv_sec && now.tv_nsec >= sd->deadline.tv_nsec))
+        begin_stop(sd);
+}
+
+static void collect_listener(struct evhttp_bound_socket *bs, void *arg)
+{
+    struct evhttp_bound_socket **v = arg;
+    for (int i = 0; i < 7; i++)
+        if (!v[i]) {
+            v[i] = bs;
+            return;
+        }
+}
+
+/* Close the listening sockets: new connections are refused from now on. */
+static void stop_listening(struct evhttp *http)
+{
+    struct evhttp_bound_socket *v[8] = {NULL};
+    evhttp_foreach_bound_socket(http, collect_listener, v);
+    for (int i = 0; v[i]; i++)
+        evhttp_del_accept_socket(http, v[i]);
+}
+
 static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
 {
-    struct front *f = arg;
+    struct shutdown *sd = arg;
+    struct front *f = sd->f;
     (void)what;
-    log_info("%s: shutting down", strsignal((int)sig));
+    if (sd->phase == FRONT_SERVING) {
+        log_info("%s: draining: no new connections, running requests get %u ms",
+                 strsignal((int)sig), f->cfg->drain_ms);
+        sd->phase = FRONT_DRAINING;
+        stop_listening(f->http);
+        supervisor_drain(f->workers);
+        clock_gettime(CLOCK_MONOTONIC, &sd->deadline);
+        sd->deadline.tv_sec += f->cfg->drain_ms / 1000;
+        sd->deadline.tv_nsec += (long)(f->cfg->drain_ms % 1000) * 1000000L;
+        if (sd->deadline.tv_nsec >= 1000000000L) {
+            sd->deadline.tv_sec++;
+            sd->deadline.tv_nsec -= 1000000000L;
+        }
+        struct timeval tick = {0, DRAIN_TICK_MS * 1000};
+        event_add(sd->ev_tick, &tick);
+        on_drain_tick(-1, 0, sd);
+        return;
+    }
+    log_warn("%s again: stopping now", strsignal((int)sig));
+    sd->hard = true;
+    supervisor_kill_all(f->workers);
     event_base_loopbreak(f->base);
 }
 
@@ -57,6 +164,7 @@ int main(int argc, char **argv)
     struct front f;
     char err[512];
     struct event *ev_term = NULL, *ev_int = NULL;
+    struct shutdown sd = {.phase = FRONT_SERVING};
     uint16_t port = 0;
     int status = 1;
 
@@ -93,14 +201,18 @@ int main(int argc, char **argv)
         log_error("event_base_new failed");
         goto out;
     }
-    queue_init(&f.queue, &f, cfg.max_waiting);
+    if (queue_init(&f.queue, &f, cfg.max_waiting) < 0)
+        goto out;
     if (!(f.workers = workers_create(f.base, &cfg, f.model.max_context, &ops, &f)))
         goto out;
     if (!(f.http = http_create(f.base, &cfg, api_handle, &f, &port)))
         goto out;
-    ev_term = evsignal_new(f.base, SIGTERM, on_stop_signal, &f);
-    ev_int = evsignal_new(f.base, SIGINT, on_stop_signal, &f);
-    if (!ev_term || !ev_int || event_add(ev_term, NULL) < 0 || event_add(ev_int, NULL) < 0)
+    sd.f = &f;
+    sd.ev_tick = event_new(f.base, -1, EV_PERSIST, on_drain_tick, &sd);
+    ev_term = evsignal_new(f.base, SIGTERM, on_stop_signal, &sd);
+    ev_int = evsignal_new(f.base, SIGINT, on_stop_signal, &sd);
+    if (!sd.ev_tick || !ev_term || !ev_int || event_add(ev_term, NULL) < 0 ||
+        event_add(ev_int, NULL) < 0)
         goto out;
     log_info("model %s, context %u, %u worker(s) of %u slots", f.model.name,
              f.model.max_context, cfg.workers, cfg.max_sequences);
@@ -109,12 +221,16 @@ int main(int argc, char **argv)
     if (event_base_dispatch(f.base) < 0)
         log_error("event loop failed");
     else
-        status = 0;
+        status = sd.hard ? 1 : 0;
 out:
     while (!TAILQ_EMPTY(&f.requests))
         request_abort(TAILQ_FIRST(&f.requests));
-    workers_destroy(f.workers, WORKER_STOP_MS);
+    workers_destroy(f.workers, sd.hard ? 0 : WORKER_STOP_MS);
     http_destroy(f.http);
+    if (sd.ev_tick)
+        event_free(sd.ev_tick);
+    if (f.base)
+        queue_free(&f.queue);
     if (ev_term)
         event_free(ev_term);
     if (ev_int)

@@ -6,18 +6,31 @@
 #include <errno.h>
 #include <string.h>
 
+#include <event2/event.h>
+
 #include "api.h"
 #include "log.h"
 #include "proto.h"
 #include "request.h"
 #include "workers.h"
 
-void queue_init(struct queue *q, struct front *f, uint32_t max_waiting)
+static void on_no_worker(evutil_socket_t fd, short what, void *arg);
+
+int queue_init(struct queue *q, struct front *f, uint32_t max_waiting)
 {
     memset(q, 0, sizeof(*q));
     q->f = f;
     q->max = max_waiting;
     TAILQ_INIT(&q->waiting);
+    q->ev_no_worker = evtimer_new(f->base, on_no_worker, q);
+    return q->ev_no_worker ? 0 : -ENOMEM;
+}
+
+void queue_free(struct queue *q)
+{
+    if (q->ev_no_worker)
+        event_free(q->ev_no_worker);
+    q->ev_no_worker = NULL;
 }
 
 void queue_remove(struct queue *q, struct request *r)
@@ -45,20 +58,44 @@ static void queue_prune(struct queue *q)
     }
 }
 
-/* No worker runs or will run again: nothing queued can be served. */
-static void queue_fail_all(struct queue *q)
+/* Nothing queued can be served (soon enough). */
+static void queue_fail_all(struct queue *q, const char *why)
 {
     struct request *r;
     while ((r = TAILQ_FIRST(&q->waiting))) {
         queue_remove(q, r);
-        request_fail(r, 503, "server_error", "no worker is available (see /health)", NULL,
-                     "no_worker");
+        request_fail(r, 503, "server_error", why, NULL, "no_worker");
+    }
+}
+
+static void on_no_worker(evutil_socket_t fd, short what, void *arg)
+{
+    struct queue *q = arg;
+    (void)fd;
+    (void)what;
+    if (q->n > 0 && !workers_any_alive(q->f->workers)) {
+        log_warn("no worker could take jobs for %d ms; failing %u queued request(s)",
+                 QUEUE_NO_WORKER_MS, q->n);
+        queue_fail_all(q, "no worker became available in time (see /health)");
+    }
+}
+
+/* Start the bound on waiting while requests wait and no worker can take them; stop it
+ * otherwise. */
+static void queue_watch(struct queue *q)
+{
+    if (q->n > 0 && !workers_any_alive(q->f->workers)) {
+        struct timeval tv = {QUEUE_NO_WORKER_MS / 1000, (QUEUE_NO_WORKER_MS % 1000) * 1000};
+        if (!evtimer_pending(q->ev_no_worker, NULL))
+            evtimer_add(q->ev_no_worker, &tv);
+    } else {
+        evtimer_del(q->ev_no_worker);
     }
 }
 
 int queue_admit(struct queue *q, struct request *r)
 {
-    if (!workers_any_hope(q->f->workers))
+    if (!workers_any_alive(q->f->workers) || workers_draining(q->f->workers))
         return -ENODEV;
     if (q->n >= q->max)
         queue_prune(q);
@@ -78,7 +115,6 @@ void queue_push_head(struct queue *q, struct request *r)
     TAILQ_INSERT_HEAD(&q->waiting, r, link_queue);
     r->queued = true;
     q->n++;
-    queue_dispatch(q);
 }
 
 void queue_dispatch(struct queue *q)
@@ -111,5 +147,6 @@ void queue_dispatch(struct queue *q)
         r->started = false;
     }
     if (q->n > 0 && !workers_any_hope(q->f->workers))
-        queue_fail_all(q);
+        queue_fail_all(q, "no worker is available (see /health)");
+    queue_watch(q);
 }

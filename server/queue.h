@@ -1,6 +1,8 @@
 /* The waiting queue and dispatch: requests wait here, in order, until a worker has a free
  * slot; the head goes to the least-loaded worker. Bounded by --max-waiting: when it looks
- * full, requests whose client left are dropped first, then new ones are refused (503). */
+ * full, requests whose client left are dropped first, then new ones are refused (503).
+ * Bounded in time too while no worker can take jobs (all in backoff or failed): queued
+ * requests then get 503 after QUEUE_NO_WORKER_MS, at once when no worker will ever run. */
 #ifndef QUEUE_H
 #define QUEUE_H
 
@@ -10,6 +12,11 @@
 
 struct front;
 struct request;
+struct event;
+
+/* How long queued requests wait while no worker process can take them (every one in its
+ * restart backoff, at most 10 s, or failed) before they end with 503. */
+#define QUEUE_NO_WORKER_MS 15000
 
 TAILQ_HEAD(request_list, request);
 
@@ -19,16 +26,21 @@ struct queue {
     uint32_t n;
     uint32_t max;
     uint64_t n_refused;
+    struct event *ev_no_worker; /* pending while requests wait and no worker can take them */
 };
 
-void queue_init(struct queue *q, struct front *f, uint32_t max_waiting);
+/* f->base must be set. Returns 0 or -ENOMEM. */
+int queue_init(struct queue *q, struct front *f, uint32_t max_waiting);
+/* Free the queue's timer; the requests are the caller's. */
+void queue_free(struct queue *q);
 
 /* Append r and dispatch. Returns 0, -EBUSY when the queue is full, or -ENODEV when no worker
- * runs or will run again (r is not queued then). Queued requests are failed with 503 once
- * every worker has failed for good. */
+ * process can take jobs now (all in backoff or failed, or kiln is draining; r is not queued
+ * then). Queued requests are failed with 503 once every worker has failed for good. */
 int queue_admit(struct queue *q, struct request *r);
 
-/* Put r back at the head (its worker died before starting it) and dispatch. */
+/* Put r back at the head (its worker died before starting it). Does not dispatch: the
+ * worker layer's capacity event after the death does, once every lost job is back. */
 void queue_push_head(struct queue *q, struct request *r);
 
 /* Take r out of the queue (its client left). */

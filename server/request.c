@@ -469,7 +469,7 @@ void request_on_job_lost(struct request *r, const char *cause)
         queue_push_head(&r->f->queue, r);
         return;
     }
-    request_fail(r, 500, "server_error", cause, NULL, NULL);
+    request_fail(r, 500, "server_error", cause, NULL, "worker_crashed");
 }
 
 static void on_timeout(evutil_socket_t fd, short what, void *arg)

@@ -1,13 +1,10 @@
-/* Worker processes seen from the front: spawn (region, eventfds, fork+exec), the records they
- * send (drained from the loop, validated, routed to their job's owner), the records sent to
- * them (one wake per loop turn), reaping and respawning. HTTP lives elsewhere. */
+/* Worker processes seen from the front: the records they send (drained from the loop,
+ * validated, routed to their job's owner), the records sent to them (one wake per loop turn),
+ * their job slots. Their processes' lives (spawn, death, respawn) are supervisor.c's. */
 #include "workers.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <libgen.h>
-#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,40 +20,10 @@
 #include "notify.h"
 #include "proto.h"
 #include "shm_ring.h"
-
-/* Ring sizes: the worker-bound ring holds a few maximal JOBs (WIRE_MAX_MSG each); the
- * front-bound one holds thousands of TOKEN records, and the front drains it every turn. */
-#define TO_WORKER_RING (UINT64_C(4) << 20)
-#define TO_FRONT_RING  (UINT64_C(1) << 20)
-
-/* The fds a worker finds its region and eventfds at. */
-#define CHILD_SHM_FD    3
-#define CHILD_WAKE_FD   4
-#define CHILD_NOTIFY_FD 5
+#include "supervisor.h"
 
 /* Records handled per wake before yielding to other events (the rest next turn). */
 #define DRAIN_BUDGET 4096
-
-#define BACKOFF_MIN_MS     250
-#define BACKOFF_MAX_MS     30000
-#define MAX_START_FAILURES 5
-
-struct workers {
-    struct event_base *base;
-    const struct kiln_config *cfg;
-    uint32_t max_context;
-    const struct workers_ops *ops;
-    void *ctx;
-    char exe[PATH_MAX];
-    struct event *ev_sigchld;
-    struct event *ev_flush; /* wakes workers once per loop turn */
-    bool flush_pending;
-    unsigned char *scratch; /* WIRE_MAX_MSG bytes to encode into */
-    uint32_t n;
-    struct worker w[];
-};
-
-static int worker_spawn(struct worker *w);
 
 uint32_t workers_count(const struct workers *ws)
 {
@@ -90,16 +57,21 @@ enum worker_life worker_life_get(struct worker *w)
     if (w->life == WORKER_LIFE_STARTING && w->reg.hdr &&
         atomic_load_explicit(&w->reg.hdr->state, memory_order_acquire) == WORKER_STATE_READY) {
         w->life = WORKER_LIFE_READY;
-        w->start_failures = 0;
-        log_info("worker %u (pid %ld) ready", w->id, (long)w->pid);
+        supervisor_ready(w);
     }
     return w->life;
 }
 
+/* Whether w's process runs and may be given jobs. */
 static bool worker_alive(struct worker *w)
 {
     enum worker_life l = worker_life_get(w);
     return w->pid > 0 && (l == WORKER_LIFE_STARTING || l == WORKER_LIFE_READY) && !w->poisoned;
+}
+
+bool workers_draining(const struct workers *ws)
+{
+    return ws->draining;
 }
 
 struct worker *workers_pick(struct workers *ws)
@@ -125,6 +97,14 @@ bool workers_any_hope(struct workers *ws)
         if (l == WORKER_LIFE_STARTING || l == WORKER_LIFE_READY || l == WORKER_LIFE_BACKOFF)
             return true;
     }
+    return false;
+}
+
+bool workers_any_alive(struct workers *ws)
+{
+    for (uint32_t i = 0; i < ws->n; i++)
+        if (worker_alive(&ws->w[i]))
+            return true;
     return false;
 }
 
@@ -208,8 +188,10 @@ int worker_submit(struct worker *w, const struct proto_msg *job, void *owner)
         return rc;
     free_slot->req_id = job->req_id;
     free_slot->owner = owner;
+    free_slot->seq = ++w->ws->next_seq;
     free_slot->cancel_pending = false;
-    w->used++;
+    if (w->used++ == 0)
+        supervisor_work_began(w);
     return 0;
 }
 
@@ -247,17 +229,6 @@ static void release_slot(struct worker *w, struct worker_slot *sl)
     w->used--;
 }
 
-/* Kill a worker whose ring can no longer be trusted; SIGCHLD does the rest. */
-static void worker_poison(struct worker *w, const char *why)
-{
-    log_error("worker %u (pid %ld): %s; killing it", w->id, (long)w->pid, why);
-    w->poisoned = true;
-    if (w->ev_notify)
-        event_del(w->ev_notify);
-    if (w->pid > 0)
-        (void)kill(w->pid, SIGKILL);
-}
-
 /* One record: validate, route. Returns 0, or -EPROTO when the worker must be stopped. */
 static int handle_record(struct worker *w, const void *buf, uint32_t len, bool *capacity)
 {
@@ -289,7 +260,7 @@ static int handle_record(struct worker *w, const void *buf, uint32_t len, bool *
 
 /* Drain the worker's ring: the front is its consumer. Before going back to libevent it says
  * it sleeps (consumer_waiting) and re-checks, so a record pushed meanwhile is never missed. */
-static void on_notify(evutil_socket_t fd, short what, void *arg)
+void workers_on_notify(int fd, short what, void *arg)
 {
     struct worker *w = arg;
     struct workers *ws = w->ws;
@@ -310,7 +281,7 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
             w->n_records++;
             rc = handle_record(w, rec, len, &capacity);
             if (rc < 0) {
-                worker_poison(w, "protocol violation");
+                supervisor_poison(w, "protocol violation");
                 goto out;
             }
             shm_ring_pop(w->reg.to_front);
@@ -318,7 +289,7 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
                 goto out;
         }
         if (budget > 0 && rc == -EPROTO) {
-            worker_poison(w, "corrupt ring");
+            supervisor_poison(w, "corrupt ring");
             goto out;
         }
         if (budget == 0) {
@@ -334,234 +305,49 @@ out:
         ws->ops->on_capacity(ws->ctx);
 }
 
-/* ---- spawning ---- */
-
-/* In the child: move fd to a number above the fixed ones, so the dup2s below never clash. */
-static int child_lift_fd(int fd)
+void worker_drain_dead(struct worker *w)
 {
-    return fcntl(fd, F_DUPFD_CLOEXEC, 16);
-}
+    const void *rec;
+    uint32_t len;
+    bool capacity = false;
+    int rc;
 
-static void child_exec(struct worker *w, char *const argv[])
-{
-    int shm = child_lift_fd(w->reg.fd), wake = child_lift_fd(w->wake_fd);
-    int note = child_lift_fd(w->notify_fd);
-    sigset_t none;
-
-    if (shm < 0 || wake < 0 || note < 0)
-        _exit(127);
-    /* dup2 clears close-on-exec on the new numbers only */
-    if (dup2(shm, CHILD_SHM_FD) < 0 || dup2(wake, CHILD_WAKE_FD) < 0 ||
-        dup2(note, CHILD_NOTIFY_FD) < 0)
-        _exit(127);
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    signal(SIGPIPE, SIG_DFL);
-    execv(w->ws->exe, argv);
-    dprintf(STDERR_FILENO, "kiln: exec %s failed: %s\n", w->ws->exe, strerror(errno));
-    _exit(127);
-}
-
-static void worker_close(struct worker *w)
-{
-    if (w->ev_notify) {
-        event_free(w->ev_notify);
-        w->ev_notify = NULL;
-    }
-    if (w->wake_fd >= 0)
-        (void)close(w->wake_fd);
-    if (w->notify_fd >= 0)
-        (void)close(w->notify_fd);
-    w->wake_fd = w->notify_fd = -1;
-    shm_region_destroy(&w->reg);
-    memset(&w->reg, 0, sizeof(w->reg));
-    w->reg.fd = -1;
-}
-
-static int worker_spawn(struct worker *w)
-{
-    struct workers *ws = w->ws;
-    const struct kiln_config *c = ws->cfg;
-    char a_id[16], a_ppid[24], a_shm[8], a_wake[8], a_note[8], a_seq[16], a_pre[16], a_ctx[16];
-    char a_thr[16], a_delay[16];
-    char *argv[40];
-    int n = 0, err;
-    pid_t pid;
-
-    memset(&w->reg, 0, sizeof(w->reg));
-    w->reg.fd = -1;
-    w->wake_fd = w->notify_fd = -1;
-    w->poisoned = false;
-    if ((err = shm_region_create(&w->reg, TO_WORKER_RING, TO_FRONT_RING)) < 0) {
-        log_error("worker %u: shared region: %s", w->id, strerror(-err));
-        goto fail;
-    }
-    if ((w->wake_fd = notify_eventfd()) < 0 || (w->notify_fd = notify_eventfd()) < 0) {
-        err = w->wake_fd < 0 ? w->wake_fd : w->notify_fd;
-        log_error("worker %u: eventfd: %s", w->id, strerror(-err));
-        goto fail;
-    }
-    w->ev_notify = event_new(ws->base, w->notify_fd, EV_READ | EV_PERSIST, on_notify, w);
-    if (!w->ev_notify) {
-        err = -ENOMEM;
-        goto fail;
-    }
-
-    snprintf(a_id, sizeof(a_id), "%u", w->id);
-    snprintf(a_ppid, sizeof(a_ppid), "%ld", (long)getpid());
-    snprintf(a_shm, sizeof(a_shm), "%d", CHILD_SHM_FD);
-    snprintf(a_wake, sizeof(a_wake), "%d", CHILD_WAKE_FD);
-    snprintf(a_note, sizeof(a_note), "%d", CHILD_NOTIFY_FD);
-    snprintf(a_seq, sizeof(a_seq), "%u", c->max_sequences);
-    snprintf(a_pre, sizeof(a_pre), "%u", c->max_prefill_tokens);
-    snprintf(a_ctx, sizeof(a_ctx), "%u", ws->max_context);
-    snprintf(a_thr, sizeof(a_thr), "%u", c->threads);
-    snprintf(a_delay, sizeof(a_delay), "%u", c->mock_delay_ms);
-    argv[n++] = ws->exe;
-    argv[n++] = "--id";
-    argv[n++] = a_id;
-    argv[n++] = "--parent-pid";
-    argv[n++] = a_ppid;
-    argv[n++] = "--shm-fd";
-    argv[n++] = a_shm;
-    argv[n++] = "--wake-fd";
-    argv[n++] = a_wake;
-    argv[n++] = "--notify-fd";
-    argv[n++] = a_note;
-    argv[n++] = "--model";
-    argv[n++] = (char *)c->model;
-    argv[n++] = "--max-sequences";
-    argv[n++] = a_seq;
-    argv[n++] = "--max-prefill-tokens";
-    argv[n++] = a_pre;
-    argv[n++] = "--ctx";
-    argv[n++] = a_ctx;
-    if (c->threads) {
-        argv[n++] = "--threads";
-        argv[n++] = a_thr;
-    }
-    if (c->mock_reply) {
-        argv[n++] = "--mock-reply";
-        argv[n++] = (char *)c->mock_reply;
-    }
-    if (c->mock_delay_ms) {
-        argv[n++] = "--mock-delay-ms";
-        argv[n++] = a_delay;
-    }
-    if (c->mock_faults)
-        argv[n++] = "--mock-faults";
-    argv[n] = NULL;
-
-    pid = fork();
-    if (pid < 0) {
-        err = -errno;
-        log_error("worker %u: fork: %s", w->id, strerror(-err));
-        goto fail;
-    }
-    if (pid == 0)
-        child_exec(w, argv);
-    w->pid = pid;
-    w->life = WORKER_LIFE_STARTING;
-    w->n_spawns++;
-    event_add(w->ev_notify, NULL);
-    /* say we sleep; if the worker was quicker, read at once */
-    if (!notify_prepare_sleep(w->reg.to_front))
-        event_active(w->ev_notify, EV_READ, 0);
-    log_info("worker %u spawned (pid %ld)", w->id, (long)pid);
-    return 0;
-fail:
-    worker_close(w);
-    return err;
-}
-
-static void on_respawn(evutil_socket_t fd, short what, void *arg)
-{
-    struct worker *w = arg;
-    (void)fd;
-    (void)what;
-    if (w->life != WORKER_LIFE_BACKOFF)
+    if (w->poisoned || !w->reg.to_front)
         return;
-    if (worker_spawn(w) < 0) {
-        w->life = WORKER_LIFE_FAILED;
-        return;
-    }
-    w->ws->ops->on_capacity(w->ws->ctx);
-}
-
-/* The process is gone (status from waitpid): end its jobs, free its region, plan a respawn. */
-static void worker_died(struct worker *w, int status)
-{
-    struct workers *ws = w->ws;
-    char cause[128];
-    bool was_ready = worker_life_get(w) == WORKER_LIFE_READY;
-
-    if (WIFSIGNALED(status))
-        snprintf(cause, sizeof(cause), "worker %u (pid %ld) was killed by signal %d (%s)", w->id,
-                 (long)w->pid, WTERMSIG(status), strsignal(WTERMSIG(status)));
-    else
-        snprintf(cause, sizeof(cause), "worker %u (pid %ld) exited with status %d", w->id,
-                 (long)w->pid, WEXITSTATUS(status));
-    log_error("%s", cause);
-    w->pid = 0;
-    worker_close(w);
-    for (uint32_t s = 0; s < ws->cfg->max_sequences; s++) {
-        struct worker_slot *sl = &w->slots[s];
-        if (sl->req_id) {
-            void *owner = sl->owner;
-            release_slot(w, sl);
-            ws->ops->on_job_lost(ws->ctx, w, owner, cause);
+    /* the process is gone, so the ring holds only whole records and no more come */
+    while ((rc = shm_ring_peek(w->reg.to_front, &rec, &len)) == 0) {
+        w->n_records++;
+        if (handle_record(w, rec, len, &capacity) < 0) {
+            w->poisoned = true;
+            return;
         }
+        shm_ring_pop(w->reg.to_front);
     }
-    if (!was_ready)
-        w->start_failures++;
-    if (w->start_failures >= MAX_START_FAILURES) {
-        w->life = WORKER_LIFE_FAILED;
-        log_error("worker %u failed %u times at start-up; not restarting it", w->id,
-                  w->start_failures);
-    } else {
-        uint32_t ms = BACKOFF_MIN_MS << (w->start_failures < 7 ? w->start_failures : 7);
-        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-        if (ms > BACKOFF_MAX_MS)
-            tv = (struct timeval){BACKOFF_MAX_MS / 1000, 0};
-        w->life = WORKER_LIFE_BACKOFF;
-        evtimer_add(w->ev_respawn, &tv);
-    }
-    ws->ops->on_capacity(ws->ctx);
+    if (rc == -EPROTO)
+        log_error("worker %u: corrupt ring; its last records are discarded", w->id);
 }
 
-static void on_sigchld(evutil_socket_t sig, short what, void *arg)
+void worker_lose_jobs(struct worker *w, const char *cause)
 {
-    struct workers *ws = arg;
-    int status;
-    pid_t pid;
-    (void)sig;
-    (void)what;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-        for (uint32_t i = 0; i < ws->n; i++)
-            if (ws->w[i].pid == pid)
-                worker_died(&ws->w[i], status);
+    struct workers *ws = w->ws;
+    for (;;) {
+        /* newest first: the request layer puts each back at the head of the queue */
+        struct worker_slot *newest = NULL;
+        for (uint32_t s = 0; s < ws->cfg->max_sequences; s++)
+            if (w->slots[s].req_id && (!newest || w->slots[s].seq > newest->seq))
+                newest = &w->slots[s];
+        if (!newest)
+            break;
+        void *owner = newest->owner;
+        release_slot(w, newest);
+        ws->ops->on_job_lost(ws->ctx, w, owner, cause);
     }
-}
-
-static int find_exe(char *out, size_t cap)
-{
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n < 0)
-        return -errno;
-    self[n] = '\0';
-    if (snprintf(out, cap, "%s/kiln-worker", dirname(self)) >= (int)cap)
-        return -ENAMETOOLONG;
-    if (access(out, X_OK) < 0)
-        return -errno;
-    return 0;
 }
 
 struct workers *workers_create(struct event_base *base, const struct kiln_config *cfg,
                                uint32_t max_context, const struct workers_ops *ops, void *ctx)
 {
     struct workers *ws = calloc(1, sizeof(*ws) + cfg->workers * sizeof(struct worker));
-    int err;
     if (!ws)
         return NULL;
     ws->base = base;
@@ -571,30 +357,27 @@ struct workers *workers_create(struct event_base *base, const struct kiln_config
     ws->ctx = ctx;
     ws->n = cfg->workers;
     for (uint32_t i = 0; i < ws->n; i++) {
-        ws->w[i].wake_fd = ws->w[i].notify_fd = -1;
-        ws->w[i].reg.fd = -1;
-    }
-    if ((err = find_exe(ws->exe, sizeof(ws->exe))) < 0) {
-        log_error("cannot find kiln-worker beside kiln (%s): %s", ws->exe, strerror(-err));
-        goto fail;
-    }
-    ws->scratch = malloc(WIRE_MAX_MSG);
-    ws->ev_flush = event_new(base, -1, 0, on_flush, ws);
-    ws->ev_sigchld = evsignal_new(base, SIGCHLD, on_sigchld, ws);
-    if (!ws->scratch || !ws->ev_flush || !ws->ev_sigchld || event_add(ws->ev_sigchld, NULL) < 0)
-        goto fail;
-    for (uint32_t i = 0; i < ws->n; i++) {
         struct worker *w = &ws->w[i];
         w->ws = ws;
         w->id = i;
         w->life = WORKER_LIFE_STOPPED;
+        w->wake_fd = w->notify_fd = w->err_fd = -1;
+        w->reg.fd = -1;
+    }
+    if (supervisor_init(ws) < 0)
+        goto fail;
+    ws->scratch = malloc(WIRE_MAX_MSG);
+    ws->ev_flush = event_new(base, -1, 0, on_flush, ws);
+    if (!ws->scratch || !ws->ev_flush)
+        goto fail;
+    for (uint32_t i = 0; i < ws->n; i++) {
+        struct worker *w = &ws->w[i];
         w->slots = calloc(cfg->max_sequences, sizeof(*w->slots));
-        w->ev_respawn = evtimer_new(base, on_respawn, w);
-        if (!w->slots || !w->ev_respawn)
+        if (!w->slots || supervisor_init_worker(w) < 0)
             goto fail;
     }
     for (uint32_t i = 0; i < ws->n; i++)
-        if (worker_spawn(&ws->w[i]) < 0)
+        if (supervisor_spawn(&ws->w[i]) < 0)
             goto fail;
     return ws;
 fail:
@@ -621,26 +404,26 @@ void workers_destroy(struct workers *ws, int timeout_ms)
         return;
     for (uint32_t i = 0; i < ws->n; i++)
         if (ws->w[i].pid > 0)
-            (void)kill(ws->w[i].pid, SIGTERM);
-    /* shutdown only: a bounded wait in small steps */
+            (void)kill(ws->w[i].pid, timeout_ms > 0 ? SIGTERM : SIGKILL);
+    /* shutdown only (the loop is gone): a bounded wait in small steps */
     for (int waited = 0; !all_reaped(ws) && waited < timeout_ms; waited += 10)
         nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
     for (uint32_t i = 0; i < ws->n; i++) {
         struct worker *w = &ws->w[i];
         if (w->pid > 0) {
-            log_warn("worker %u (pid %ld) ignored SIGTERM; killing it", w->id, (long)w->pid);
+            if (timeout_ms > 0)
+                log_warn("worker %u (pid %ld) ignored SIGTERM; killing it", w->id, (long)w->pid);
             (void)kill(w->pid, SIGKILL);
-            (void)waitpid(w->pid, NULL, 0);
+            while (waitpid(w->pid, NULL, 0) < 0 && errno == EINTR)
+                ;
             w->pid = 0;
         }
-        worker_close(w);
-        if (w->ev_respawn)
-            event_free(w->ev_respawn);
+        supervisor_close_worker(w);
         free(w->slots);
+        w->slots = NULL;
         w->life = WORKER_LIFE_STOPPED;
     }
-    if (ws->ev_sigchld)
-        event_free(ws->ev_sigchld);
+    supervisor_free(ws);
     if (ws->ev_flush)
         event_free(ws->ev_flush);
     free(ws->scratch);

@@ -1,7 +1,7 @@
-/* The front's worker processes: spawn each with a fresh shared region and two eventfds, send
- * it records (JOB, CANCEL) with one wake per loop turn, read its records from the libevent
- * loop, reap it on SIGCHLD, and respawn it with a backoff. Knows nothing of HTTP: a job's
- * owner is an opaque pointer handed back with each of its records. */
+/* The front's worker processes: send each records (JOB, CANCEL) with one wake per loop turn,
+ * read its records from the libevent loop and route them to their job's owner. Knows nothing
+ * of HTTP: a job's owner is an opaque pointer handed back with each of its records. Spawning,
+ * reaping, respawning, the watchdog and shutdown are supervisor.c's (supervisor.h). */
 #ifndef WORKERS_H
 #define WORKERS_H
 
@@ -30,13 +30,19 @@ enum worker_life {
 struct worker_slot {
     uint64_t req_id; /* 0: free */
     void *owner;
+    uint64_t seq;        /* submission order: lost jobs are queued again in this order */
     bool cancel_pending; /* CANCEL not yet in the ring (it was full) */
 };
+
+/* Bytes of a worker's stderr kept for the cause of its death. */
+#define WORKER_ERR_TAIL 2048
+/* Longest stderr line held back while its end has not come (longer ones go out in parts). */
+#define WORKER_ERR_LINE 1024
 
 struct worker {
     struct workers *ws;
     uint32_t id;
-    pid_t pid;               /* 0 when no process runs */
+    pid_t pid;               /* 0 when no process runs (it was reaped) */
     enum worker_life life;
     struct shm_region reg;   /* zeroed when no process runs */
     int wake_fd, notify_fd;  /* -1 when no process runs */
@@ -47,8 +53,25 @@ struct worker {
     bool wake_pending;       /* records pushed since the last wake */
     bool poisoned;           /* sent a malformed record: killed, no more reading */
     uint32_t start_failures; /* deaths in a row before READY */
+    uint32_t deaths_in_row;  /* deaths since the last minute of health: the backoff's exponent */
     uint32_t n_spawns;
     uint64_t n_records;
+
+    /* supervision (supervisor.c) */
+    int err_fd;              /* read end of the process's stderr pipe; -1 when none */
+    struct event *ev_err;
+    char err_tail[WORKER_ERR_TAIL]; /* the last bytes it wrote to stderr (not NUL-terminated) */
+    uint32_t err_tail_len;
+    char err_line[WORKER_ERR_LINE]; /* a line being forwarded, its end not read yet */
+    uint32_t err_line_len;
+    int64_t ready_at_ms;     /* monotonic; when it was seen READY */
+    int64_t respawn_at_ms;   /* monotonic; when a worker in backoff respawns */
+    uint64_t hb_last;        /* watchdog: the heartbeat last seen ... */
+    int64_t hb_at_ms;        /* ... and since when (monotonic) */
+    bool watchdog_killed;    /* SIGKILLed for making no progress */
+    char last_exit[160];     /* "was killed by signal 11 (Segmentation fault)"; "" if none */
+    int64_t last_exit_at;    /* unix milliseconds of last_exit */
+    char last_error[256];    /* the last line it wrote to stderr before it died; "" if none */
 };
 
 /* Callbacks into the request layer; ctx is workers_create's. */
@@ -56,7 +79,9 @@ struct workers_ops {
     /* A validated record (STARTED, TOKEN, DONE, FAILED) for owner's job. For DONE and FAILED
      * the slot was released just before the call. */
     void (*on_record)(void *ctx, struct worker *w, void *owner, const struct proto_msg *m);
-    /* The worker died with owner's job on it (slot already released); cause names why. */
+    /* The worker died with owner's job on it (slot already released); cause names why. Jobs
+     * of one death come newest first, so a caller that puts each not-started one back at the
+     * head of its queue keeps their order. */
     void (*on_job_lost)(void *ctx, struct worker *w, void *owner, const char *cause);
     /* Slots may have come free or a worker came up: a chance to dispatch. */
     void (*on_capacity)(void *ctx);
@@ -81,6 +106,13 @@ struct worker *workers_pick(struct workers *ws);
 /* Whether any worker runs or will run again (starting, ready or in backoff). */
 bool workers_any_hope(struct workers *ws);
 
+/* Whether any worker process runs and can take jobs now (starting or ready): when none can
+ * (all in backoff or failed), new requests are refused rather than queued. */
+bool workers_any_alive(struct workers *ws);
+
+/* Whether kiln is shutting down (supervisor_drain): no new requests are taken. */
+bool workers_draining(const struct workers *ws);
+
 /* Whether any worker is READY. */
 bool workers_any_ready(struct workers *ws);
 
@@ -92,5 +124,16 @@ int worker_submit(struct worker *w, const struct proto_msg *job, void *owner);
 /* Send CANCEL for req_id's job (once; a full ring is retried at the next wake). Returns 0
  * or -ENOENT when w holds no such job. */
 int worker_cancel(struct worker *w, uint64_t req_id);
+
+/* For supervisor.c: the libevent callback of w's notify eventfd (arg is w): drains its ring. */
+void workers_on_notify(int fd, short what, void *arg);
+
+/* For supervisor.c: route every record still in w's ring to its owner (the process is dead,
+ * so nothing more comes; a poisoned worker's ring is not read). */
+void worker_drain_dead(struct worker *w);
+
+/* For supervisor.c: release w's remaining slots and hand their owners to on_job_lost,
+ * newest job first. */
+void worker_lose_jobs(struct worker *w, const char *cause);
 
 #endif
