@@ -44,7 +44,7 @@ $(B)/obj/worker/kernels_avx2.o:   override CFLAGS += -mavx2 -mfma -mf16c
 $(B)/obj/worker/kernels_avx512.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl \
                                    -mavx512vnni -mavx2 -mfma -mf16c
 
-.PHONY: all bins tests benches test test-unit test-asan test-tsan bench run deps fuzz clean
+.PHONY: all bins tests benches test test-unit test-asan test-tsan test-openai bench run deps fuzz clean
 all: bins
 bins: $(BINS)
 tests: $(TESTS)
@@ -84,6 +84,7 @@ test: deps
 	$(MAKE) test-unit
 	$(MAKE) test-asan
 	$(MAKE) test-tsan
+	$(MAKE) test-openai
 	@echo "make test: all suites passed"
 
 test-unit: bins tests
@@ -92,6 +93,13 @@ test-unit: bins tests
 test-asan:
 	$(MAKE) SAN=asan bins tests
 	@$(call run_tests,$(patsubst build/%,build-asan/%,$(TESTS)))
+
+# The official openai npm client against kiln (tests/openai); skipped without node and npm.
+test-openai: bins
+	@if ! command -v node >/dev/null || ! command -v npm >/dev/null; then \
+	  echo "test-openai: skipped (node and npm are not installed)"; exit 0; fi; \
+	cd tests/openai && (npm ci --no-audit --no-fund >/dev/null 2>&1 || \
+	  npm install --no-audit --no-fund) && $(TEST_ENV) node --test
 
 TSAN_TESTS = $(wildcard tests/test_shm_ring_threads.c)
 test-tsan:
