@@ -2,7 +2,11 @@
  * 128- and 512-token prompts), decode tok/s at batch 1, 4, 8 and 16, and the machine's
  * memory read bandwidth with the batch-1 limit it implies (bandwidth / weight bytes per
  * token). Models are generated once into $KILN_BIN_DIR/bench-models and reused.
- * KILN_BENCH_MODELS=smollm-q8_0,... picks a subset; KILN_THREADS sets the threads. */
+ * KILN_BENCH_MODELS=smollm-q8_0,... picks a subset; KILN_THREADS sets the threads;
+ * KILN_BENCH_PROMPTS=128,512 and KILN_BENCH_BATCHES=1,4,8,16 pick the runs (empty: none),
+ * KILN_BENCH_STEPS the decode steps timed per batch size (default 8 at batch 1, else 4).
+ * Beside wall-clock tok/s each line shows the process CPU ms per step: on a machine shared
+ * with other work, CPU time (with KILN_THREADS=1) measures the kernels' cost more steadily. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -54,6 +58,35 @@ static double read_bandwidth(void)
     return best;
 }
 
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Numbers of a comma-separated env list into v (at most cap), or def when unset. */
+static int env_list(const char *name, const int *def, int n_def, int *v, int cap)
+{
+    const char *s = getenv(name);
+    int n = 0;
+
+    if (!s) {
+        memcpy(v, def, (size_t)n_def * sizeof(int));
+        return n_def;
+    }
+    while (*s && n < cap) {
+        char *end;
+        long x = strtol(s, &end, 10);
+        if (end == s)
+            break;
+        if (x > 0)
+            v[n++] = (int)x;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
 static void fill_prompt(uint32_t *p, uint32_t n, uint32_t n_vocab, uint32_t salt)
 {
     for (uint32_t i = 0; i < n; i++)
@@ -78,21 +111,27 @@ static void bench_one(const char *path, int threads, double bw)
 
     printf("%s: %.0f MiB of weights per token, %d threads, %s kernels\n", m->name,
            wb / (1 << 20), threads, kern_ops_select()->name);
-    static const uint32_t plen[] = {128, 512};
-    for (int i = 0; i < 2; i++) {
-        fill_prompt(prompt, plen[i], nv, (uint32_t)i);
+    static const int def_plen[] = {128, 512}, def_batches[] = {1, 4, 8, 16};
+    int plen[8], batches[8];
+    int n_plen = env_list("KILN_BENCH_PROMPTS", def_plen, 2, plen, 8);
+    int n_batches = env_list("KILN_BENCH_BATCHES", def_batches, 4, batches, 8);
+    for (int i = 0; i < n_plen; i++) {
+        if (plen[i] > 512)
+            plen[i] = 512;
+        fill_prompt(prompt, (uint32_t)plen[i], nv, (uint32_t)i);
         double t0 = now();
-        if (model_prefill(m, 0, prompt, plen[i], lg) < 0) {
+        if (model_prefill(m, 0, prompt, (uint32_t)plen[i], lg) < 0) {
             printf("  prefill: %s\n", m->error);
             break;
         }
         double dt = now() - t0;
-        printf("  prompt %3u tokens: %8.1f tok/s (%.2f s)\n", plen[i], plen[i] / dt, dt);
+        printf("  prompt %3d tokens: %8.1f tok/s (%.2f s)\n", plen[i], plen[i] / dt, dt);
         model_seq_free(m, 0);
     }
-    static const int batches[] = {1, 4, 8, 16};
-    for (int bi = 0; bi < 4; bi++) {
-        int b = batches[bi], steps = b == 1 ? 8 : 4;
+    for (int bi = 0; bi < n_batches; bi++) {
+        int b = batches[bi] > 16 ? 16 : batches[bi], steps = b == 1 ? 8 : 4;
+        if (getenv("KILN_BENCH_STEPS"))
+            steps = atoi(getenv("KILN_BENCH_STEPS")) > 0 ? atoi(getenv("KILN_BENCH_STEPS")) : 1;
         for (int s = 0; s < b; s++) {
             slots[s] = s;
             fill_prompt(prompt, 16, nv, 10u + (uint32_t)s);
@@ -100,12 +139,12 @@ static void bench_one(const char *path, int threads, double bw)
             toks[s] = prompt[15];
         }
         (void)model_decode_batch(m, slots, toks, b, lg, res); /* warm */
-        double t0 = now();
+        double t0 = now(), c0 = cpu_now();
         for (int st = 0; st < steps; st++)
             (void)model_decode_batch(m, slots, toks, b, lg, res);
-        double dt = now() - t0;
-        printf("  decode batch %2d: %8.1f tok/s (%.1f ms/step)\n", b, b * steps / dt,
-               dt / steps * 1e3);
+        double dt = now() - t0, dc = cpu_now() - c0;
+        printf("  decode batch %2d: %8.1f tok/s (%.1f ms/step, %.1f CPU ms/step)\n", b,
+               b * steps / dt, dt / steps * 1e3, dc / steps * 1e3);
         for (int s = 0; s < b; s++)
             model_seq_free(m, s);
     }

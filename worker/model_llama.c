@@ -40,61 +40,75 @@ static void mm_task(void *ctx, int task, int thread)
     L->k->matmul(j->W, &j->X, j->n_seq, j->Y, j->y_stride, r0, r1);
 }
 
-/* Y_i = W_i X_i for up to three products over n rows in one pool run. X_i is src_i as floats
- * (n rows of W_i->cols); products whose weights want the same activation format share one
- * quantized copy. */
-static void mm_run(struct llama *L, int n_jobs, const struct kern_mat *const *W,
-                   const float *const *src, float *const *Y, int y_stride0, int n)
+/* Activation formats kiln quantizes into, one buffer each: bit 0 Q8_0 (act[0]), bit 1 Q8_K
+ * (act[1]); float weights read the floats themselves. */
+#define NEED_Q8_0 1u
+#define NEED_Q8_K 2u
+
+static unsigned act_need(const struct kern_mat *W)
 {
-    enum ggml_type made[MAX_MM_JOBS];
-    const float *made_src[MAX_MM_JOBS];
-    int total = 0;
-
-    for (int i = 0; i < n_jobs; i++) {
-        struct mm_job *j = &L->jobs[i];
-        enum ggml_type at = kern_act_type(W[i]->type);
-        int cols = W[i]->cols;
-
-        j->W = W[i];
-        j->n_seq = n;
-        j->Y = Y[i];
-        j->y_stride = y_stride0 ? y_stride0 : W[i]->rows;
-        j->X.type = at;
-        j->X.n = cols;
-        made[i] = at;
-        made_src[i] = src[i];
-        if (at == GGML_TYPE_F32) {
-            j->X.data = src[i];
-            j->X.stride = (size_t)cols * sizeof(float);
-        } else {
-            int shared = -1;
-            for (int p = 0; p < i; p++)
-                if (made[p] == at && made_src[p] == src[i])
-                    shared = p;
-            j->X.stride = kern_act_bytes(W[i]->type, cols);
-            if (shared >= 0) {
-                j->X.data = L->jobs[shared].X.data;
-            } else {
-                for (int r = 0; r < n; r++)
-                    (void)kern_quantize_act(W[i]->type, src[i] + (size_t)r * cols, cols,
-                                            (char *)L->act[i] + (size_t)r * j->X.stride);
-                j->X.data = L->act[i];
-            }
-        }
-        int parts = L->n_threads * 4;
-        j->rows_per_task = (W[i]->rows + parts - 1) / parts;
-        if (j->rows_per_task < 4)
-            j->rows_per_task = 4;
-        j->n_tasks = (W[i]->rows + j->rows_per_task - 1) / j->rows_per_task;
-        total += j->n_tasks;
-    }
-    L->n_jobs = n_jobs;
-    threadpool_run(L->pool, mm_task, L, total);
+    enum ggml_type at = kern_act_type(W->type);
+    return at == GGML_TYPE_Q8_0 ? NEED_Q8_0 : at == GGML_TYPE_Q8_K ? NEED_Q8_K : 0;
 }
 
-static void mm1(struct llama *L, const struct kern_mat *W, const float *src, float *Y, int n)
+/* A representative weight type per activation format, for kern_act_bytes/kern_quantize_act. */
+static enum ggml_type act_wtype(unsigned bit)
 {
-    mm_run(L, 1, &W, &src, &Y, 0, n);
+    return bit == NEED_Q8_0 ? GGML_TYPE_Q8_0 : GGML_TYPE_Q4_K;
+}
+
+/* Quantizes row b of an input (cols floats) into each format of need, at row b of its
+ * buffer. Runs inside the per-row pool tasks, so activation quantization is spread over the
+ * threads with the norms and residual adds. */
+static void quant_in(struct llama *L, const float *src, int cols, int b, unsigned need)
+{
+    for (unsigned bit = NEED_Q8_0; bit <= NEED_Q8_K; bit <<= 1) {
+        if (!(need & bit))
+            continue;
+        size_t stride = kern_act_bytes(act_wtype(bit), cols);
+        (void)kern_quantize_act(act_wtype(bit), src, cols,
+                                (char *)L->act[bit == NEED_Q8_0 ? 0 : 1] + (size_t)b * stride);
+    }
+}
+
+/* Job i of the next pool run: Y = W X over rows [r0, r0 + n) of the input, whose floats are
+ * src (rows of W->cols) and whose quantized copies quant_in made. */
+static void mm_set(struct llama *L, int i, const struct kern_mat *W, const float *src, float *Y,
+                   int y_stride, int r0, int n)
+{
+    struct mm_job *j = &L->jobs[i];
+    unsigned need = act_need(W);
+    int cols = W->cols;
+
+    j->W = W;
+    j->n_seq = n;
+    j->Y = Y;
+    j->y_stride = y_stride ? y_stride : W->rows;
+    j->X.type = kern_act_type(W->type);
+    j->X.n = cols;
+    if (!need) {
+        j->X.stride = (size_t)cols * sizeof(float);
+        j->X.data = src + (size_t)r0 * cols;
+    } else {
+        j->X.stride = kern_act_bytes(act_wtype(need), cols);
+        j->X.data = (const char *)L->act[need == NEED_Q8_0 ? 0 : 1] + (size_t)r0 * j->X.stride;
+    }
+    /* rows split into about 4 tasks per thread, so a descheduled thread's share is taken up
+     * by the others */
+    int parts = L->n_threads * 4;
+    j->rows_per_task = (W->rows + parts - 1) / parts;
+    if (j->rows_per_task < 4)
+        j->rows_per_task = 4;
+    j->n_tasks = (W->rows + j->rows_per_task - 1) / j->rows_per_task;
+}
+
+static void mm_go(struct llama *L, int n_jobs)
+{
+    int total = 0;
+    for (int i = 0; i < n_jobs; i++)
+        total += L->jobs[i].n_tasks;
+    L->n_jobs = n_jobs;
+    threadpool_run(L->pool, mm_task, L, total);
 }
 
 static size_t kv_index(const struct llama *L, int slot, int layer, int pos)
@@ -148,21 +162,52 @@ static void attn_task(void *ctx, int task, int thread)
         L->k->axpy_f16(out, att[t], vc + (size_t)t * c->kv_dim, c->head_dim);
 }
 
+/* Row b of a block input: the residual add of the previous block's output (when add), the
+ * norm (weights norm_w) into xb, and its activation formats (need). */
+static void block_in_task(void *ctx, int b, int thread)
+{
+    struct llama *L = ctx;
+    int dim = L->c.dim;
+    float *x = L->x + (size_t)b * dim, *xb = L->xb + (size_t)b * dim;
+    (void)thread;
+    if (L->stage_add)
+        L->k->add(x, xb, dim);
+    L->k->rmsnorm(xb, x, L->stage_norm, dim, L->c.eps);
+    quant_in(L, xb, dim, b, L->stage_need);
+}
+
+static void attn_out_task(void *ctx, int b, int thread)
+{
+    struct llama *L = ctx;
+    (void)thread;
+    quant_in(L, L->ao + (size_t)b * L->c.q_dim, L->c.q_dim, b, L->stage_need);
+}
+
 static void swiglu_task(void *ctx, int b, int thread)
 {
     struct llama *L = ctx;
     size_t off = (size_t)b * L->c.ffn;
     (void)thread;
     L->k->swiglu(L->hb + off, L->hb + off, L->hb2 + off, L->c.ffn);
+    quant_in(L, L->hb + off, L->c.ffn, (int)b, L->stage_need);
 }
 
-/* Runs n rows (row_tok, row_slot, row_pos) through every layer; their keys and values land
- * in the cache, the residual stream is left in x. Each row's arithmetic depends on its own
- * row and its own slot's cache only. */
+static void stage(struct llama *L, threadpool_fn fn, int n, int add, const float *norm,
+                  unsigned need)
+{
+    L->stage_add = add;
+    L->stage_norm = norm;
+    L->stage_need = need;
+    threadpool_run(L->pool, fn, L, n);
+}
+
+/* Runs n rows (row_tok, row_slot, row_pos) through every layer and the output norm; their
+ * keys and values land in the cache, the normed rows are left in xb and quantized for the
+ * output matrix. Each row's arithmetic depends on its own row and its own slot's cache
+ * only. */
 static void forward(struct llama *L, int n)
 {
     const struct llama_config *c = &L->c;
-    const struct kern_ops *k = L->k;
 
     for (int b = 0; b < n; b++) {
         kern_get_row(L->tok_embd.type, L->tok_embd.data, L->tok_embd.row_bytes,
@@ -174,46 +219,37 @@ static void forward(struct llama *L, int n)
         const struct llama_layer *ly = &L->layers[l];
         L->layer = l;
 
-        for (int b = 0; b < n; b++)
-            k->rmsnorm(L->xb + (size_t)b * c->dim, L->x + (size_t)b * c->dim, ly->attn_norm,
-                       c->dim, c->eps);
-        const struct kern_mat *wqkv[3] = {&ly->wq, &ly->wk, &ly->wv};
-        const float *in3[3] = {L->xb, L->xb, L->xb};
-        float *out_qkv[3] = {L->q, L->kk, L->vv};
-        mm_run(L, 3, wqkv, in3, out_qkv, 0, n);
+        stage(L, block_in_task, n, l > 0, ly->attn_norm,
+              act_need(&ly->wq) | act_need(&ly->wk) | act_need(&ly->wv));
+        mm_set(L, 0, &ly->wq, L->xb, L->q, 0, 0, n);
+        mm_set(L, 1, &ly->wk, L->xb, L->kk, 0, 0, n);
+        mm_set(L, 2, &ly->wv, L->xb, L->vv, 0, 0, n);
+        mm_go(L, 3);
         threadpool_run(L->pool, rope_store_task, L, n);
         threadpool_run(L->pool, attn_task, L, n * c->n_heads);
-        mm1(L, &ly->wo, L->ao, L->xb, n);
-        for (int b = 0; b < n; b++)
-            k->add(L->x + (size_t)b * c->dim, L->xb + (size_t)b * c->dim, c->dim);
+        stage(L, attn_out_task, n, 0, NULL, act_need(&ly->wo));
+        mm_set(L, 0, &ly->wo, L->ao, L->xb, 0, 0, n);
+        mm_go(L, 1);
 
-        for (int b = 0; b < n; b++)
-            k->rmsnorm(L->xb + (size_t)b * c->dim, L->x + (size_t)b * c->dim, ly->ffn_norm,
-                       c->dim, c->eps);
-        const struct kern_mat *wgu[2] = {&ly->w_gate, &ly->w_up};
-        const float *in2[2] = {L->xb, L->xb};
-        float *out_gu[2] = {L->hb, L->hb2};
-        mm_run(L, 2, wgu, in2, out_gu, 0, n);
-        threadpool_run(L->pool, swiglu_task, L, n);
-        mm1(L, &ly->w_down, L->hb, L->xb, n);
-        for (int b = 0; b < n; b++)
-            k->add(L->x + (size_t)b * c->dim, L->xb + (size_t)b * c->dim, c->dim);
+        stage(L, block_in_task, n, 1, ly->ffn_norm, act_need(&ly->w_gate) | act_need(&ly->w_up));
+        mm_set(L, 0, &ly->w_gate, L->xb, L->hb, 0, 0, n);
+        mm_set(L, 1, &ly->w_up, L->xb, L->hb2, 0, 0, n);
+        mm_go(L, 2);
+        stage(L, swiglu_task, n, 0, NULL, act_need(&ly->w_down));
+        mm_set(L, 0, &ly->w_down, L->hb, L->xb, 0, 0, n);
+        mm_go(L, 1);
 
         if (L->base.heartbeat)
             L->base.heartbeat(L->base.heartbeat_ctx);
     }
+    stage(L, block_in_task, n, 1, L->output_norm, act_need(&L->output));
 }
 
 /* Logits of rows [r0, r0 + n) of the last forward into dst, n_vocab apart. */
 static void logits_rows(struct llama *L, int r0, int n, float *dst)
 {
-    const struct llama_config *c = &L->c;
-    for (int b = r0; b < r0 + n; b++)
-        L->k->rmsnorm(L->xb + (size_t)b * c->dim, L->x + (size_t)b * c->dim, L->output_norm,
-                      c->dim, c->eps);
-    const struct kern_mat *W = &L->output;
-    const float *src = L->xb + (size_t)r0 * c->dim;
-    mm_run(L, 1, &W, &src, &dst, c->n_vocab, n);
+    mm_set(L, 0, &L->output, L->xb, dst, L->c.n_vocab, r0, n);
+    mm_go(L, 1);
 }
 
 /* ---- the interface ------------------------------------------------------------------- */

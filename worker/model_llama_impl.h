@@ -82,6 +82,9 @@ struct llama {
     /* The pool run in progress. */
     struct mm_job jobs[MAX_MM_JOBS];
     int n_jobs, layer;
+    int stage_add;            /* per-row stage: add xb into x first */
+    const float *stage_norm;  /* its norm weights */
+    unsigned stage_need;      /* activation formats it quantizes into */
 };
 
 extern const struct model_ops model_llama_ops;

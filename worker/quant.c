@@ -180,6 +180,14 @@ static int round_int(float v)
     return (int)(v >= 0.0f ? v + 0.5f : v - 0.5f);
 }
 
+/* fmaxf(amax, fabsf(v)) for amax >= 0, NaN v included (it loses the comparison), written so
+ * the compiler vectorizes it: activations are quantized on every matmul input. */
+static inline float max_abs(float amax, float v)
+{
+    float a = fabsf(v);
+    return a > amax ? a : amax;
+}
+
 static int clamp_int(int v, int lo, int hi)
 {
     return v < lo ? lo : v > hi ? hi : v;
@@ -190,7 +198,7 @@ static void quantize_q8_0(const float *x, struct quant_block_q8_0 *b, int64_t nb
     for (int64_t i = 0; i < nb; i++, x += QUANT_QK) {
         float amax = 0.0f;
         for (int j = 0; j < QUANT_QK; j++)
-            amax = fmaxf(amax, fabsf(x[j]));
+            amax = max_abs(amax, x[j]);
         float d = amax / 127.0f;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
         b[i].d = quant_f32_to_f16(d);
@@ -307,7 +315,7 @@ static void quantize_q8_k(const float *x, struct quant_block_q8_k *b, int64_t nb
     for (int64_t i = 0; i < nb; i++, x += QUANT_QK_K) {
         float amax = 0.0f;
         for (int j = 0; j < QUANT_QK_K; j++)
-            amax = fmaxf(amax, fabsf(x[j]));
+            amax = max_abs(amax, x[j]);
         float d = amax / 127.0f;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
         b[i].d = d;
