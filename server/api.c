@@ -20,6 +20,7 @@
 #include "config.h"
 #include "api_impl.h"
 #include "gguf.h"
+#include "model_info.h"
 #include "hist.h"
 #include "log.h"
 #include "ratelimit.h"
@@ -65,6 +66,11 @@ static int open_gguf(struct front_model *m, const struct kiln_config *cfg, char 
         (void)gguf_get_u32(m->gguf, key, &ctx);
     }
     m->max_context = cfg->ctx ? cfg->ctx : ctx;
+    struct model_info mi;
+    if (!cfg->ctx && model_info_read(m->gguf, &mi, err, errlen) == 0) /* as the engine would */
+        m->max_context = model_info_default_ctx(mi.train_ctx, mi.kv_bytes_per_token,
+                                                cfg->max_sequences,
+                                                model_info_kv_budget() / cfg->workers);
     if (m->max_context == 0) {
         snprintf(err, errlen, "%s: no context length in the file; give --ctx", cfg->model);
         return -EINVAL;

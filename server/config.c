@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_info.h"
+
 enum opt_kind { OPT_STR, OPT_U32, OPT_U64, OPT_BOOL, OPT_LEVEL, OPT_STRS };
 
 struct opt {
@@ -31,8 +33,11 @@ static const struct opt opts[] = {
     {"max-prefill-tokens", OPT_U32, F(max_prefill_tokens), 1, UINT32_MAX, "512",
      "prompt tokens a worker prefills between two decode steps"},
     {"ctx", OPT_U32, F(ctx), 0, UINT32_MAX, "0",
-     "context length in tokens (0: the model's; the mock's is 4096)"},
-    {"threads", OPT_U32, F(threads), 0, 1024, "0", "threads per worker (0: worker default)"},
+     "context length in tokens (0: the model's context_length, capped so every worker's "
+     "max-sequences x ctx of F16 KV cache fits a quarter of RAM, at most 8 GiB; the mock's "
+     "is 4096)"},
+    {"threads", OPT_U32, F(threads), 0, 1024, "0",
+     "threads per worker (0: the online cores divided among the workers, at least 1)"},
     {"max-body-bytes", OPT_U64, F(max_body_bytes), 1, UINT64_C(1) << 40, "1048576",
      "largest request body accepted (413 above)"},
     {"mock-reply", OPT_STR, F(mock_reply), 0, 0, "(worker default)",
@@ -216,6 +221,8 @@ int config_parse(struct kiln_config *c, int argc, char **argv, char *err, size_t
         snprintf(err, errlen, "--host must not be empty");
         return -EINVAL;
     }
+    if (!c->threads)
+        c->threads = model_info_default_threads(c->workers);
     return 0;
 }
 

@@ -16,6 +16,7 @@
 #include "shm_region.h"
 #include "loop.h"
 #include "model.h"
+#include "model_info.h"
 #include "model_llama.h"
 #include "model_mock.h"
 #include "wire.h"
@@ -49,7 +50,8 @@ static void usage(FILE *out)
             "usage: kiln-worker --id N --shm-fd FD --wake-fd FD --notify-fd FD\n"
             "                   --model mock|FILE.gguf [--parent-pid PID]\n"
             "                   [--max-sequences N] [--max-prefill-tokens N] [--ctx N]\n"
-            "                   [--threads N] [--mock-reply TEXT] [--mock-delay-ms N]\n"
+            "                   [--threads N (default: every core)] [--mock-reply TEXT]\n"
+            "                   [--mock-delay-ms N]\n"
             "                   [--mock-faults]\n");
 }
 
@@ -150,7 +152,8 @@ static struct model *load_model(const struct worker_args *a)
     struct model_llama_opts lo = {
         .max_sequences = (uint32_t)a->max_sequences,
         .ctx = (uint32_t)a->ctx,
-        .threads = (int)a->threads,
+        /* 0 (run alone): every core; the front passes its share */
+        .threads = a->threads ? (int)a->threads : (int)model_info_default_threads(1),
     };
 
     m = model_llama_create(a->model, &lo, err, sizeof(err));

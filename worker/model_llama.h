@@ -20,9 +20,9 @@ struct kern_ops;
 
 struct model_llama_opts {
     uint32_t max_sequences; /* slots; 0: 1 */
-    /* Context per sequence, prompt and output. 0: the model's context_length, capped so the
-     * KV cache of max_sequences sequences fits kv_budget (never below 256 tokens, or the
-     * model's context if that is smaller). A value above the model's context_length is
+    /* Context per sequence, prompt and output. 0: model_info_default_ctx (model_info.h): the
+     * model's context_length, capped so the KV cache of max_sequences sequences fits
+     * kv_budget (never below 256 tokens, or the model's context if that is smaller). A value above the model's context_length is
      * capped to it (RoPE was not trained past it). */
     uint32_t ctx;
     /* KV-cache bytes that ctx 0 may use. 0: a quarter of physical memory, at most 8 GiB. */

@@ -10,7 +10,6 @@
 #include "kernels.h"
 #include "model_llama.h"
 
-#define MIN_CTX      256u
 #define MAX_MM_JOBS  3
 #define MAX_DIM      (1 << 20)
 

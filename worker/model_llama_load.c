@@ -12,6 +12,7 @@
 
 #include "log.h"
 #include "model_llama_impl.h"
+#include "model_info.h"
 #include "quant.h"
 #include "threadpool.h"
 #include "tokenizer.h"
@@ -317,23 +318,13 @@ static uint32_t choose_ctx(const struct llama *L, const struct model_llama_opts 
                            uint32_t max_seq)
 {
     const struct llama_config *c = &L->c;
-    uint64_t per_token = 2ull * (uint64_t)c->n_layers * (uint64_t)c->kv_dim * sizeof(uint16_t);
-    uint64_t budget = o->kv_budget, ctx;
 
     if (o->ctx)
         return o->ctx < c->train_ctx ? o->ctx : c->train_ctx;
-    if (!budget) {
-        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-        budget = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 4 : (1ull << 30);
-        if (budget > (8ull << 30))
-            budget = 8ull << 30;
-    }
-    ctx = budget / (per_token * max_seq);
-    if (ctx > c->train_ctx)
-        ctx = c->train_ctx;
-    if (ctx < MIN_CTX)
-        ctx = MIN_CTX < c->train_ctx ? MIN_CTX : c->train_ctx;
-    return (uint32_t)ctx;
+    /* the front resolves the same default (model_info.h), so both agree */
+    return model_info_default_ctx(c->train_ctx,
+                                  model_info_kv_bytes((uint32_t)c->n_layers, (uint32_t)c->kv_dim),
+                                  max_seq, o->kv_budget);
 }
 
 static int alloc_state(struct llama *L, uint32_t max_seq, char *err, size_t errlen)
