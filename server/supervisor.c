@@ -613,12 +613,14 @@ json_t *supervisor_health(struct workers *ws, int *http_status)
     for (uint32_t i = 0; i < ws->n; i++) {
         struct worker *w = &ws->w[i];
         enum worker_life l = worker_life_get(w);
-        uint32_t waiting = 0;
+        uint32_t waiting = 0, active = 0;
         json_t *o = json_object();
         if (!o)
             goto fail;
-        if (w->reg.hdr)
+        if (w->reg.hdr) {
             waiting = atomic_load_explicit(&w->reg.hdr->waiting, memory_order_relaxed);
+            active = atomic_load_explicit(&w->reg.hdr->running, memory_order_relaxed);
+        }
         running += w->used;
         ready += l == WORKER_LIFE_READY && !w->poisoned;
         json_object_set_new(o, "id", json_integer(w->id));
@@ -626,6 +628,7 @@ json_t *supervisor_health(struct workers *ws, int *http_status)
         json_object_set_new(o, "pid", w->pid > 0 ? json_integer(w->pid) : json_null());
         json_object_set_new(o, "running", json_integer(w->used));
         json_object_set_new(o, "waiting", json_integer(waiting));
+        json_object_set_new(o, "active", json_integer(active));
         json_object_set_new(o, "restarts", json_integer(w->n_spawns ? w->n_spawns - 1 : 0));
         if (l == WORKER_LIFE_BACKOFF)
             json_object_set_new(o, "restart_in_ms",

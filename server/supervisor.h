@@ -81,7 +81,8 @@ void supervisor_stop(struct workers *ws, int grace_ms, void (*done)(void *arg), 
 void supervisor_kill_all(struct workers *ws);
 
 /* /health's body, minus the model and the front's queue: {"status", "running", "workers":
- * [{"id", "state", "pid" (null when none), "running", "waiting", "restarts",
+ * [{"id", "state", "pid" (null when none), "running" (jobs it holds), "waiting" (received,
+ * not admitted), "active" (sequences generating), "restarts",
  * "restart_in_ms" (in backoff), "last_exit", "last_exit_at" (ISO 8601 UTC), "last_error"}]}.
  * status: "draining" while shutting down, "ok" when every worker is ready, "degraded" when
  * some are, else "unavailable"; *http_status is 200 for ok/degraded, else 503. Returns NULL
