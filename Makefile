@@ -109,10 +109,35 @@ test-tsan:
 bench: bins benches
 	@set -e; for b in $(BENCHES); do echo "== $$b"; $(TEST_ENV) $$b; done
 
-MODEL ?= mock
+# `make run` serves MODEL: by default models/stories260K.gguf, fetched from Hugging Face and
+# checked against its sha256 when missing (a short timeout: no network is fine), else
+# ../shared/models/stories260K.gguf. MODEL=path.gguf serves any other, MODEL=mock the mock.
+MODEL ?=
+STORIES     = models/stories260K.gguf
+STORIES_URL = https://huggingface.co/ggml-org/tiny-llamas/resolve/main/stories260K.gguf
+STORIES_SHA = 270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d
 run: deps
 	$(MAKE) bins
-	./$(B)/kiln --model $(MODEL) $(ARGS)
+	@model="$(MODEL)"; \
+	if [ -z "$$model" ]; then \
+	  [ -f $(STORIES) ] || $(MAKE) -s $(STORIES) || true; \
+	  model=$(STORIES); \
+	  if [ ! -f $$model ] && [ -f ../shared/models/stories260K.gguf ]; then \
+	    model=../shared/models/stories260K.gguf; fi; \
+	  if [ ! -f $$model ]; then \
+	    echo "no model: put a .gguf in $(STORIES), or MODEL=path.gguf / MODEL=mock"; exit 1; fi; \
+	fi; \
+	echo "serving $$model"; exec ./$(B)/kiln --model "$$model" $(ARGS)
+
+$(STORIES):
+	@mkdir -p $(dir $@)
+	@echo "fetching $(STORIES_URL)"
+	@if curl -fsSL --connect-timeout 5 --max-time 60 -o $@.part $(STORIES_URL) && \
+	   echo "$(STORIES_SHA)  $@.part" | sha256sum -c --quiet -; then \
+	  mv $@.part $@; \
+	else \
+	  rm -f $@.part; echo "could not fetch $@ (no network, or a bad checksum)"; exit 1; \
+	fi
 
 # Install what is missing (Debian 12). As root it runs apt-get; otherwise it prints the command.
 DEBS = build-essential pkg-config libevent-dev libmsgpack-dev liburing-dev libcmocka-dev \
