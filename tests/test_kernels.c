@@ -369,6 +369,24 @@ static void test_kernels_rope_rotates_pairs_by_position(void **state)
     assert_true(v[2] == x[2] && v[3] == x[3] && v[6] == x[6]);
 }
 
+/* Llama 3's rope_freqs: pair i turns factors[i] times slower; NULL factors change nothing. */
+static void test_kernels_rope_factors_slow_each_pair(void **state)
+{
+    const float f[4] = {1.0f, 2.0f, 8.0f, 40.0f};
+    float cs[8], ref[8];
+    (void)state;
+    kern_rope_table(ref, 8, 1000, 500000.0f, 1.0f);
+    kern_rope_table_ff(cs, 8, 1000, 500000.0f, 1.0f, NULL);
+    assert_memory_equal(cs, ref, sizeof cs);
+    kern_rope_table_ff(cs, 8, 1000, 500000.0f, 1.0f, f);
+    for (int i = 0; i < 4; i++) {
+        double t = 1000.0 * pow(500000.0, -2.0 * i / 8) / f[i];
+        near(cs[2 * i], (float)cos(t), 1e-6, "rope factors cos", i);
+        near(cs[2 * i + 1], (float)sin(t), 1e-6, "rope factors sin", i);
+    }
+    assert_true(cs[2] != ref[2]);
+}
+
 static void test_kernels_get_row_decodes_every_type(void **state)
 {
     (void)state;
@@ -442,6 +460,7 @@ int main(void)
         cmocka_unit_test(test_kernels_avx512_float_kernels_match_scalar),
         cmocka_unit_test(test_kernels_scalar_float_kernels_known_values),
         cmocka_unit_test(test_kernels_rope_rotates_pairs_by_position),
+        cmocka_unit_test(test_kernels_rope_factors_slow_each_pair),
         cmocka_unit_test(test_kernels_get_row_decodes_every_type),
         cmocka_unit_test(test_kernels_select_honours_env),
         cmocka_unit_test(test_kernels_act_sizes_follow_weight_type),

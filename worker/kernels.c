@@ -335,9 +335,17 @@ const struct kern_ops *kern_ops_select(void)
 
 void kern_rope_table(float *cs, int n_rot, int pos, float base, float freq_scale)
 {
+    kern_rope_table_ff(cs, n_rot, pos, base, freq_scale, NULL);
+}
+
+void kern_rope_table_ff(float *cs, int n_rot, int pos, float base, float freq_scale,
+                        const float *factors)
+{
     for (int i = 0; i < n_rot / 2; i++) {
         /* double: pos * theta reaches 1e5 rad at long contexts, where float loses the angle */
         double theta = (double)pos * freq_scale * pow(base, -2.0 * i / n_rot);
+        if (factors)
+            theta /= factors[i];
         cs[2 * i] = (float)cos(theta);
         cs[2 * i + 1] = (float)sin(theta);
     }

@@ -98,6 +98,10 @@ const struct kern_ops *kern_ops_select(void);
  * kern_rope_table: cs[2i] = cos(t_i), cs[2i+1] = sin(t_i), t_i = pos * freq_scale *
  * base^(-2i / n_rot), for i < n_rot / 2 (cs has n_rot floats). */
 void kern_rope_table(float *cs, int n_rot, int pos, float base, float freq_scale);
+/* The same with per-pair frequency factors (Llama 3's rope_freqs tensor, n_rot / 2 floats):
+ * t_i is divided by factors[i]. factors NULL: kern_rope_table. */
+void kern_rope_table_ff(float *cs, int n_rot, int pos, float base, float freq_scale,
+                        const float *factors);
 /* Rotate the first n_rot dims of each of n_heads heads of x (n_heads * head_dim floats).
  * neox = 0: pairs (2i, 2i+1) (GGUF llama's layout); neox = 1: pairs (i, i + n_rot/2). */
 void kern_rope_apply(float *x, int n_heads, int head_dim, int n_rot, const float *cs,

@@ -212,8 +212,8 @@ static void forward(struct llama *L, int n)
     for (int b = 0; b < n; b++) {
         kern_get_row(L->tok_embd.type, L->tok_embd.data, L->tok_embd.row_bytes,
                      (int)L->row_tok[b], c->dim, L->x + (size_t)b * c->dim);
-        kern_rope_table(L->cs + (size_t)b * c->n_rot, c->n_rot, L->row_pos[b], c->rope_base,
-                        c->rope_freq_scale);
+        kern_rope_table_ff(L->cs + (size_t)b * c->n_rot, c->n_rot, L->row_pos[b], c->rope_base,
+                           c->rope_freq_scale, L->rope_factors);
     }
     for (int l = 0; l < c->n_layers; l++) {
         const struct llama_layer *ly = &L->layers[l];

@@ -52,6 +52,7 @@ struct llama {
 
     struct kern_mat tok_embd;  /* (n_vocab, dim) */
     const float *output_norm;  /* (dim) */
+    const float *rope_factors; /* (n_rot / 2) Llama 3 RoPE frequency factors, or NULL */
     struct kern_mat output;    /* (n_vocab, dim); token_embd when the file ties them */
     struct llama_layer *layers; /* (n_layers) */
     float *vec_arena;          /* norms and biases stored as F16/BF16, decoded at load */

@@ -231,7 +231,8 @@ static int read_weights(struct llama *L, char *err, size_t errlen)
     char name[96];
     int rc;
 
-    L->vec_cap = (size_t)c->n_layers * (2u * c->dim + c->q_dim + 2u * c->kv_dim) + c->dim;
+    L->vec_cap = (size_t)c->n_layers * (2u * c->dim + c->q_dim + 2u * c->kv_dim) + c->dim +
+                 (size_t)c->n_rot;
     L->layers = calloc((size_t)c->n_layers, sizeof(*L->layers));
     L->vec_arena = malloc(L->vec_cap * sizeof(float));
     if (!L->layers || !L->vec_arena) {
@@ -240,7 +241,10 @@ static int read_weights(struct llama *L, char *err, size_t errlen)
     }
     if ((rc = get_mat(L, "token_embd.weight", c->n_vocab, c->dim, &L->tok_embd, err, errlen)) <
             0 ||
-        (rc = get_vec(L, "output_norm.weight", c->dim, false, &L->output_norm, err, errlen)) < 0)
+        (rc = get_vec(L, "output_norm.weight", c->dim, false, &L->output_norm, err, errlen)) < 0 ||
+        /* Llama 3.1/3.2 files carry their RoPE scaling as per-frequency factors */
+        (rc = get_vec(L, "rope_freqs.weight", c->n_rot / 2, true, &L->rope_factors, err,
+                      errlen)) < 0)
         return rc;
     if (gguf_find_tensor(L->g, "output.weight")) {
         if ((rc = get_mat(L, "output.weight", c->n_vocab, c->dim, &L->output, err, errlen)) < 0)
