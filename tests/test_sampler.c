@@ -337,6 +337,38 @@ static void test_sampler_large_vocab_top_p_matches_small_path(void **state)
     sampler_destroy(s);
 }
 
+/* A temperature so small that 1/t overflows (1e-39 is a float subnormal) is greedy, and with
+ * min_p it must not leave an empty candidate set: it once crashed the worker. */
+static void test_sampler_tiny_temperature_is_greedy(void **state)
+{
+    struct fixture *f = *state;
+
+    f->p.temperature = 1e-39f;
+    f->p.min_p = 0.1f;
+    f->p.seed = 3;
+    sampler_reset(f->s, &f->p, NULL, 0);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(draw(f), 3);
+}
+
+/* Logits that are all NaN or all equal to +inf give no distribution: the draw falls back to
+ * argmax instead of reading past its candidates. */
+static void test_sampler_non_finite_logits_do_not_escape_the_vocabulary(void **state)
+{
+    struct fixture *f = *state;
+
+    f->p.temperature = 1.0f;
+    f->p.min_p = 0.5f;
+    f->p.top_p = 0.5f;
+    sampler_reset(f->s, &f->p, NULL, 0);
+    for (int v = 0; v < NV; v++)
+        f->l[v] = NAN;
+    assert_true(sampler_sample(f->s, f->l, NULL) < NV);
+    for (int v = 0; v < NV; v++)
+        f->l[v] = INFINITY;
+    assert_true(sampler_sample(f->s, f->l, NULL) < NV);
+}
+
 /* Random logits with ties: every draw under top_k lies within the k best (the k-th value
  * included, ties at the cut may go either way) */
 static void test_sampler_top_k_never_leaves_the_k_best(void **state)
@@ -382,6 +414,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sampler_greedy_is_argmax_ties_to_lowest, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_sampler_fixed_seed_reproduces, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sampler_tiny_temperature_is_greedy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sampler_non_finite_logits_do_not_escape_the_vocabulary,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_sampler_top_k_1_equals_greedy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sampler_top_k_keeps_the_k_best, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sampler_logit_bias_minus_100_bans, setup,

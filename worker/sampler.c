@@ -201,15 +201,44 @@ static void fill_logprobs(struct sampler *s, const float *l, uint32_t token,
     out->n_top = n;
 }
 
-static int cmp_prob_desc(const void *a, const void *b, void *ctx)
+/* Whether candidate a ranks before b: higher probability first, then the lower id. */
+static inline bool ranks_before(const float *p, uint32_t a, uint32_t b)
 {
-    const float *p = ctx;
-    float pa = p[*(const uint32_t *)a], pb = p[*(const uint32_t *)b];
-    uint32_t ia = *(const uint32_t *)a, ib = *(const uint32_t *)b;
+    return p[a] != p[b] ? p[a] > p[b] : a < b;
+}
 
-    if (pa != pb)
-        return pa > pb ? -1 : 1;
-    return ia < ib ? -1 : ia > ib;
+static void sift_down(uint32_t *ix, uint32_t i, uint32_t n, const float *p)
+{
+    for (;;) {
+        uint32_t c = 2 * i + 1, t;
+
+        if (c >= n)
+            return;
+        /* a min-heap in rank order: the root is the candidate that ranks last */
+        if (c + 1 < n && ranks_before(p, ix[c], ix[c + 1]))
+            c++;
+        if (!ranks_before(p, ix[i], ix[c]))
+            return;
+        t = ix[i];
+        ix[i] = ix[c];
+        ix[c] = t;
+        i = c;
+    }
+}
+
+/* Sort ix[0..n) by rank in place: heapsort, O(n log n), no allocation (glibc's qsort may
+ * malloc for large arrays, and this runs in the token loop). */
+static void sort_by_prob(uint32_t *ix, uint32_t n, const float *p)
+{
+    for (uint32_t i = n / 2; i-- > 0;)
+        sift_down(ix, i, n, p);
+    for (uint32_t end = n; end > 1; end--) {
+        uint32_t t = ix[0];
+
+        ix[0] = ix[end - 1];
+        ix[end - 1] = t;
+        sift_down(ix, 0, end - 1, p);
+    }
 }
 
 /* Keep the k highest logits among the n candidates in s->idx: quickselect, O(n) */
@@ -273,7 +302,7 @@ static uint32_t keep_top_p(struct sampler *s, uint32_t n, float top_p)
             break;
         }
     }
-    qsort_r(ix, m, sizeof(*ix), cmp_prob_desc, s->probs);
+    sort_by_prob(ix, m, s->probs);
     for (uint32_t i = 0; i < m; i++) {
         cum += p[ix[i]];
         if (cum >= top_p)
@@ -303,6 +332,9 @@ static uint32_t sample_random(struct sampler *s, const float *l)
         pr[ix[i]] = expf((l[ix[i]] - maxl) * inv_t);
         sum += pr[ix[i]];
     }
+    /* Non-finite logits (a broken model) leave no distribution to draw from. */
+    if (!(sum > 0.0) || !isfinite(sum))
+        return argmax(l, s->n_vocab);
     for (uint32_t i = 0; i < n; i++) {
         pr[ix[i]] = (float)(pr[ix[i]] / sum);
         if (pr[ix[i]] > maxp)
@@ -317,7 +349,9 @@ static uint32_t sample_random(struct sampler *s, const float *l)
         for (uint32_t i = 0; i < n; i++)
             if (pr[ix[i]] >= cut)
                 ix[m++] = ix[i];
-        n = m; /* the most likely token always passes */
+        n = m; /* the most likely token always passes, unless the maximum was a NaN */
+        if (n == 0)
+            return argmax(l, s->n_vocab);
     }
     sum = 0.0;
     for (uint32_t i = 0; i < n; i++)
@@ -336,7 +370,9 @@ uint32_t sampler_sample(struct sampler *s, float *logits, struct proto_token *ou
     uint32_t token;
 
     apply_penalties(s, logits);
-    if (s->p.temperature > 0.0f && isfinite(s->p.temperature))
+    /* Below SAMPLER_MIN_TEMPERATURE, 1/temperature overflows the logit scale: such a
+     * temperature is greedy in all but name, and is decoded as greedy. */
+    if (s->p.temperature >= SAMPLER_MIN_TEMPERATURE && isfinite(s->p.temperature))
         token = sample_random(s, logits);
     else
         token = argmax(logits, s->n_vocab);

@@ -25,6 +25,9 @@
 
 #include "proto.h"
 
+/* Temperatures below this are decoded as greedy: dividing by them overflows the logits. */
+#define SAMPLER_MIN_TEMPERATURE 1e-5f
+
 struct sampler;
 
 /* A sampler for a vocabulary of n_vocab tokens, with all its scratch. Returns NULL on
