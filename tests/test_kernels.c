@@ -387,6 +387,43 @@ static void test_kernels_rope_factors_slow_each_pair(void **state)
     assert_true(cs[2] != ref[2]);
 }
 
+/* Every set's quantize_act writes the scalar quantizer's bytes: random rows, a zero block,
+ * exact halves after scaling, a NaN and huge values. */
+static void test_kernels_quantize_act_matches_scalar_bytes(void **state)
+{
+    static const enum ggml_type wt[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_K};
+    enum { N = 1024 };
+    float x[N];
+    unsigned char a[2048], b[2048];
+    unsigned seed = 7;
+    (void)state;
+    for (int i = 0; i < N; i++) {
+        seed = seed * 1103515245u + 12345u;
+        x[i] = ((float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f) * (i < 512 ? 1.0f : 300.0f);
+    }
+    for (int i = 256; i < 288; i++)
+        x[i] = 0.0f;
+    for (int i = 288; i < 319; i++)
+        x[i] = (float)(i - 304) + 0.5f; /* with amax 127 (d = 1), exact halves */
+    x[319] = 127.0f;
+    x[400] = NAN;
+    x[700] = 1e30f;
+    for (int set = KERN_SET_SCALAR; set <= KERN_SET_AVX512; set++) {
+        const struct kern_ops *k = kern_ops_get((enum kern_set)set);
+        if (!k)
+            continue;
+        for (size_t t = 0; t < sizeof(wt) / sizeof(wt[0]); t++) {
+            size_t bytes = kern_act_bytes(wt[t], N);
+            assert_true(bytes <= sizeof(a));
+            memset(a, 0xaa, sizeof a);
+            memset(b, 0x55, sizeof b);
+            assert_int_equal(kern_quantize_act(wt[t], x, N, a), 0);
+            assert_int_equal(k->quantize_act(wt[t], x, N, b), 0);
+            assert_memory_equal(a, b, bytes);
+        }
+    }
+}
+
 static void test_kernels_get_row_decodes_every_type(void **state)
 {
     (void)state;
@@ -461,6 +498,7 @@ int main(void)
         cmocka_unit_test(test_kernels_scalar_float_kernels_known_values),
         cmocka_unit_test(test_kernels_rope_rotates_pairs_by_position),
         cmocka_unit_test(test_kernels_rope_factors_slow_each_pair),
+        cmocka_unit_test(test_kernels_quantize_act_matches_scalar_bytes),
         cmocka_unit_test(test_kernels_get_row_decodes_every_type),
         cmocka_unit_test(test_kernels_select_honours_env),
         cmocka_unit_test(test_kernels_act_sizes_follow_weight_type),

@@ -279,6 +279,7 @@ static const struct kern_ops scalar_ops = {
     .softmax = scalar_softmax,
     .swiglu = scalar_swiglu,
     .add = scalar_add,
+    .quantize_act = kern_quantize_act,
 };
 
 /* ---- dispatch ---- */

@@ -74,6 +74,10 @@ struct kern_ops {
     void (*swiglu)(float *out, const float *gate, const float *up, int n);
     /* y[i] += x[i] (the residual). */
     void (*add)(float *restrict y, const float *restrict x, int n);
+    /* kern_quantize_act, vectorized where the set can: the same bytes as the scalar code
+     * for every input (it runs on every matmul input of every step). */
+    int (*quantize_act)(enum ggml_type wtype, const float *restrict x, int n,
+                        void *restrict out);
 };
 
 /* Activation bytes one matmul pass keeps hot in cache; more sequences than fit are done in

@@ -470,6 +470,7 @@ static const struct kern_ops avx2_ops = {
     .softmax = kern_avx2_softmax,
     .swiglu = kern_avx2_swiglu,
     .add = kern_avx2_add,
+    .quantize_act = kern_quantize_act,
 };
 
 const struct kern_ops *kern_ops_avx2_table(void)

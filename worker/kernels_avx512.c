@@ -373,6 +373,67 @@ static void avx512_matmul(const struct kern_mat *W, const struct kern_act *X, in
     }
 }
 
+/* ---- activation quantization, byte for byte quant.c's Q8_0 and Q8_K ---- */
+
+/* 16 floats to int32 as quant.c rounds them: x * id, then +-0.5 by the sign and truncation
+ * ((int) of a float: cvtt, INT_MIN out of range and for NaN, as the scalar cvttss2si),
+ * clamped to [-127, 127]. */
+static AI __m512i q8_round(__m512 x, __m512 id)
+{
+    __m512 v = _mm512_mul_ps(x, id);
+    __mmask16 pos = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GE_OQ);
+    __m512 h = _mm512_mask_blend_ps(pos, _mm512_set1_ps(-0.5f), _mm512_set1_ps(0.5f));
+    __m512i q = _mm512_cvttps_epi32(_mm512_add_ps(v, h));
+    return _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)),
+                            _mm512_set1_epi32(127));
+}
+
+/* max |x| over n floats (n a multiple of 16); NaN never wins, as in quant.c's max_abs */
+static AI float q8_amax(const float *x, int n)
+{
+    __m512 m = _mm512_setzero_ps();
+    for (int j = 0; j < n; j += 16) {
+        __m512 a = _mm512_abs_ps(_mm512_loadu_ps(x + j));
+        m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(a, m, _CMP_GT_OQ), a);
+    }
+    return _mm512_reduce_max_ps(m);
+}
+
+static int avx512_quantize_act(enum ggml_type wtype, const float *restrict x, int n,
+                               void *restrict out)
+{
+    enum ggml_type at = kern_act_type(wtype);
+
+    if (at == GGML_TYPE_Q8_0 && n % QUANT_QK == 0) {
+        struct quant_block_q8_0 *b = out;
+        for (int i = 0; i < n / QUANT_QK; i++, x += QUANT_QK) {
+            float d = q8_amax(x, QUANT_QK) / 127.0f;
+            __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+            b[i].d = quant_f32_to_f16(d);
+            _mm_storeu_si128((__m128i *)b[i].qs,
+                             _mm512_cvtepi32_epi8(q8_round(_mm512_loadu_ps(x), id)));
+            _mm_storeu_si128((__m128i *)(b[i].qs + 16),
+                             _mm512_cvtepi32_epi8(q8_round(_mm512_loadu_ps(x + 16), id)));
+        }
+        return 0;
+    }
+    if (at == GGML_TYPE_Q8_K && n % QUANT_QK_K == 0) {
+        struct quant_block_q8_k *b = out;
+        for (int i = 0; i < n / QUANT_QK_K; i++, x += QUANT_QK_K) {
+            float d = q8_amax(x, QUANT_QK_K) / 127.0f;
+            __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+            b[i].d = d;
+            for (int k = 0; k < 16; k++) {
+                __m512i q = q8_round(_mm512_loadu_ps(x + 16 * k), id);
+                _mm_storeu_si128((__m128i *)(b[i].qs + 16 * k), _mm512_cvtepi32_epi8(q));
+                b[i].bsums[k] = (int16_t)_mm512_reduce_add_epi32(q);
+            }
+        }
+        return 0;
+    }
+    return kern_quantize_act(wtype, x, n, out);
+}
+
 static const struct kern_ops avx512_ops = {
     .name = "avx512",
     .matmul = avx512_matmul,
@@ -384,6 +445,7 @@ static const struct kern_ops avx512_ops = {
     .softmax = kern_avx2_softmax,
     .swiglu = kern_avx2_swiglu,
     .add = kern_avx2_add,
+    .quantize_act = avx512_quantize_act,
 };
 
 const struct kern_ops *kern_ops_avx512_table(void)

@@ -66,7 +66,7 @@ static void quant_in(struct llama *L, const float *src, int cols, int b, unsigne
         if (!(need & bit))
             continue;
         size_t stride = kern_act_bytes(act_wtype(bit), cols);
-        (void)kern_quantize_act(act_wtype(bit), src, cols,
+        (void)L->k->quantize_act(act_wtype(bit), src, cols,
                                 (char *)L->act[bit == NEED_Q8_0 ? 0 : 1] + (size_t)b * stride);
     }
 }
