@@ -1,6 +1,6 @@
 /* msgpack records <-> the structs of proto.h, with no I/O. The encoder writes into the
  * caller's buffer (a packer whose write callback refuses to overflow: -ENOSPC); the decoder
- * unpacks into a zone local to the call and checks every field's count, type and range before
+ * unpacks into a zone (per call, or a proto_decoder's, kept across records) and checks every field's count, type and range before
  * copying it out (-EPROTO), so nothing decoded points into the input.
  *
  * Layouts (every record starts [WIRE_VERSION, type, req_id]):
@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <msgpack.h>
@@ -160,6 +161,13 @@ static bool proto_encode_valid(const struct proto_msg *msg)
 {
     switch (msg->type) {
     case MSG_TYPE_JOB:
+        if (msg->u.job.sampling.n_logit_bias > WIRE_MAX_LOGIT_BIAS)
+            return false;
+        /* The decoder refuses a non-finite bias, so the worker would drop the whole JOB:
+         * refuse it here, where the request can still get a 400. */
+        for (uint32_t i = 0; i < msg->u.job.sampling.n_logit_bias; i++)
+            if (!isfinite(msg->u.job.sampling.logit_bias[i].bias))
+                return false;
         return msg->u.job.n_prompt <= WIRE_MAX_PROMPT &&
                (msg->u.job.n_prompt == 0 || msg->u.job.prompt != NULL) &&
                proto_sampling_valid(&msg->u.job.sampling);
@@ -358,11 +366,11 @@ static bool proto_get_error(const msgpack_object *o, char *out)
     return true;
 }
 
-static bool proto_get_msg(const msgpack_object *root, struct proto_msg *out)
+static bool proto_get_msg(const msgpack_object *root, struct proto_msg *out, uint32_t *prompt,
+                          uint32_t cap)
 {
     const msgpack_object *f;
-    uint32_t version, type, cap = out->u.job.prompt_cap;
-    uint32_t *prompt = out->u.job.prompt;
+    uint32_t version, type;
 
     if (root->type != MSGPACK_OBJECT_ARRAY || root->via.array.size < 3)
         return false;
@@ -504,25 +512,152 @@ static bool proto_prescan(const unsigned char *p, size_t len)
     return i == len;
 }
 
-int proto_decode(const void *buf, size_t len, struct proto_msg *out)
+/* A msgpack unsigned integer at p[*i]: positive fixint or uint 8/16/32/64. */
+static bool proto_raw_uint(const unsigned char *p, size_t len, size_t *i, uint64_t *v)
 {
-    msgpack_zone zone;
-    msgpack_object root;
-    size_t off = 0;
-    int ret = -EPROTO;
+    static const int widths[4] = {1, 2, 4, 8};
+    unsigned c;
+    int n;
 
-    if (buf == NULL || len == 0 || len > WIRE_MAX_MSG || !proto_prescan(buf, len))
-        return -EPROTO;
-    /* A zone per call: freed below on every path, so a decode leaks nothing and shares no
-     * state (the front and the worker each decode from one thread, but nothing relies on
-     * it). proto_prescan() bounds what the zone can grow to. */
-    if (!msgpack_zone_init(&zone, 4096))
-        return -ENOMEM;
+    if (*i >= len)
+        return false;
+    c = p[(*i)++];
+    if (c <= 0x7f) {
+        *v = c;
+        return true;
+    }
+    if (c < 0xcc || c > 0xcf)
+        return false;
+    n = widths[c - 0xcc];
+    if ((size_t)n > len - *i)
+        return false;
+    *v = proto_be(p + *i, n);
+    *i += (size_t)n;
+    return true;
+}
+
+/* The [v, type, req_id] header read straight from the bytes, so that a record whose body is
+ * malformed can still be answered (the worker fails that job rather than losing it). */
+static bool proto_raw_header(const unsigned char *p, size_t len, enum msg_type *type,
+                             uint64_t *req_id)
+{
+    uint64_t count, version, t;
+    size_t i = 1;
+
+    if (len == 0)
+        return false;
+    if ((p[0] & 0xf0) == 0x90) {
+        count = p[0] & 0x0f;
+    } else if (p[0] == 0xdc || p[0] == 0xdd) {
+        int n = p[0] == 0xdc ? 2 : 4;
+
+        if ((size_t)n > len - 1)
+            return false;
+        count = proto_be(p + 1, n);
+        i += (size_t)n;
+    } else {
+        return false;
+    }
+    if (count < 3 || !proto_raw_uint(p, len, &i, &version) || version != WIRE_VERSION ||
+        !proto_raw_uint(p, len, &i, &t) || t < MSG_TYPE_JOB || t > MSG_TYPE_FAILED ||
+        !proto_raw_uint(p, len, &i, req_id))
+        return false;
+    *type = (enum msg_type)t;
+    return true;
+}
+
+/* Decode buf with zone (empty on entry; the caller clears or destroys it). */
+static int proto_decode_in(msgpack_zone *zone, const unsigned char *buf, size_t len,
+                           struct proto_msg *out, uint32_t *prompt, uint32_t prompt_cap)
+{
+    msgpack_object root;
+    enum msg_type type = (enum msg_type)0;
+    uint64_t req_id = 0;
+    size_t off = 0;
+
+    if (buf == NULL || len == 0 || len > WIRE_MAX_MSG)
+        goto fail;
+    /* Read first, so that a record whose body is malformed can still be answered. */
+    if (!proto_raw_header(buf, len, &type, &req_id)) {
+        type = (enum msg_type)0;
+        req_id = 0;
+    }
     /* SUCCESS only: EXTRA_BYTES (trailing bytes), CONTINUE (truncated) and the errors are all
      * malformed records. */
-    if (msgpack_unpack(buf, len, &off, &zone, &root) == MSGPACK_UNPACK_SUCCESS && off == len &&
-        proto_get_msg(&root, out))
-        ret = 0;
+    if (proto_prescan(buf, len) &&
+        msgpack_unpack((const char *)buf, len, &off, zone, &root) == MSGPACK_UNPACK_SUCCESS &&
+        off == len && proto_get_msg(&root, out, prompt, prompt_cap))
+        return 0;
+fail:
+    out->type = type;
+    out->req_id = req_id;
+    return -EPROTO;
+}
+
+int proto_decode(const void *buf, size_t len, struct proto_msg *out, uint32_t *prompt,
+                 uint32_t prompt_cap)
+{
+    msgpack_zone zone;
+    int ret;
+
+    /* A zone per call: freed below on every path, so a decode leaks nothing and shares no
+     * state. proto_prescan() bounds what the zone can grow to. */
+    if (!msgpack_zone_init(&zone, 4096))
+        return -ENOMEM;
+    ret = proto_decode_in(&zone, buf, len, out, prompt, prompt_cap);
     msgpack_zone_destroy(&zone);
+    return ret;
+}
+
+/* The zone's first chunk holds the largest valid record's objects (msgpack_object each, plus
+ * alignment per array), so msgpack_zone_clear(), which keeps that chunk, leaves nothing to
+ * allocate for the next record. */
+#define PROTO_ZONE_CHUNK ((size_t)PROTO_MAX_OBJECTS * (sizeof(msgpack_object) + 8))
+
+struct proto_decoder {
+    msgpack_zone zone;
+    unsigned char *copy; /* (WIRE_MAX_MSG) the record being decoded, private */
+};
+
+struct proto_decoder *proto_decoder_create(void)
+{
+    struct proto_decoder *d = calloc(1, sizeof(*d));
+
+    if (d == NULL)
+        return NULL;
+    if ((d->copy = malloc(WIRE_MAX_MSG)) == NULL)
+        goto fail;
+    if (!msgpack_zone_init(&d->zone, PROTO_ZONE_CHUNK))
+        goto fail;
+    return d;
+fail:
+    free(d->copy);
+    free(d);
+    return NULL;
+}
+
+void proto_decoder_destroy(struct proto_decoder *d)
+{
+    if (d == NULL)
+        return;
+    msgpack_zone_destroy(&d->zone);
+    free(d->copy);
+    free(d);
+}
+
+int proto_decoder_decode(struct proto_decoder *d, const void *rec, size_t len,
+                         struct proto_msg *out, uint32_t *prompt, uint32_t prompt_cap)
+{
+    int ret;
+
+    out->type = (enum msg_type)0;
+    out->req_id = 0;
+    if (rec == NULL || len == 0 || len > WIRE_MAX_MSG)
+        return -EPROTO;
+    /* One read of the shared bytes: the prescan and msgpack_unpack() below then see the same
+     * record, so the peer cannot grow an array count between the check and the allocation. */
+    memcpy(d->copy, rec, len);
+    ret = proto_decode_in(&d->zone, d->copy, len, out, prompt, prompt_cap);
+    msgpack_zone_clear(&d->zone);
     return ret;
 }

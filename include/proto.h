@@ -36,8 +36,8 @@ struct proto_sampling {
 struct proto_job {
     uint32_t n_prompt;
     uint32_t max_new_tokens;
-    uint32_t *prompt; /* decode: caller's buffer of prompt_cap tokens; encode: n_prompt ids */
-    uint32_t prompt_cap;
+    uint32_t *prompt; /* decode: the buffer passed to the decoder; encode: n_prompt ids */
+    uint32_t prompt_cap; /* decode: set from the decoder's argument; encode: unused */
     struct proto_sampling sampling;
 };
 
@@ -75,12 +75,30 @@ struct proto_msg {
  * -EINVAL for a msg that breaks the limits of wire.h. */
 int proto_encode(const struct proto_msg *msg, void *buf, size_t cap);
 
-/* Decode one record of len bytes. For a JOB the prompt is copied into out->u.job.prompt,
- * which the caller points at prompt_cap tokens before the call (a caller that expects no JOB
- * sets prompt_cap = 0, so that a stray JOB is rejected rather than written through a stale
- * pointer). Returns 0, or -EPROTO for a record that is malformed, of another version,
- * oversize or with trailing bytes. Nothing in out points into buf afterwards. */
-int proto_decode(const void *buf, size_t len, struct proto_msg *out);
+/* Decode one record of len bytes. A JOB's prompt is copied into prompt, which holds
+ * prompt_cap tokens (a caller that expects no JOB passes NULL, 0, and a JOB is rejected):
+ * nothing is read from out before the call, so a stale union cannot steer the write.
+ * Returns 0, or -EPROTO for a record that is malformed, of another version, oversize or with
+ * trailing bytes; then out->type and out->req_id are the record's when its [v, type, req_id]
+ * header is well-formed, else out->type is 0. Nothing in out points into buf afterwards.
+ * Reads buf more than once and allocates a zone per call: for bytes no other process can
+ * write, off the hot path. Consumers of a ring use a proto_decoder. */
+int proto_decode(const void *buf, size_t len, struct proto_msg *out, uint32_t *prompt,
+                 uint32_t prompt_cap);
+
+/* One consumer's decoding state, allocated once: a private WIRE_MAX_MSG copy of the record
+ * and a msgpack zone big enough for the largest valid record, cleared per record. */
+struct proto_decoder;
+
+/* Returns a decoder, or NULL when out of memory. */
+struct proto_decoder *proto_decoder_create(void);
+void proto_decoder_destroy(struct proto_decoder *d);
+
+/* As proto_decode(), but rec may be in shared memory that the peer can rewrite meanwhile:
+ * its len bytes are copied once into d's private buffer and only the copy is read (no double
+ * fetch). Allocates nothing after the first call. One thread at a time per decoder. */
+int proto_decoder_decode(struct proto_decoder *d, const void *rec, size_t len,
+                         struct proto_msg *out, uint32_t *prompt, uint32_t prompt_cap);
 
 /* Default sampling: greedy, every filter off. */
 void proto_sampling_init(struct proto_sampling *s);

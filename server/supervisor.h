@@ -18,7 +18,8 @@
  * this; a worker that was READY for SUPERVISOR_HEALTHY_MS before it died starts over. */
 #define SUPERVISOR_BACKOFF_MAX_MS 10000
 #define SUPERVISOR_HEALTHY_MS     60000
-/* Deaths in a row before READY after which a worker is marked failed and not restarted. */
+/* Deaths in a row before READY after which a worker is marked failed: requests no longer
+ * wait for it, and it is retried only every SUPERVISOR_BACKOFF_MAX_MS. */
 #define SUPERVISOR_MAX_START_FAILURES 5
 
 struct workers_ops;
@@ -41,6 +42,7 @@ struct workers {
     void (*on_stopped)(void *arg);
     void *on_stopped_arg;
     unsigned char *scratch;    /* WIRE_MAX_MSG bytes to encode into */
+    struct proto_decoder *decoder; /* the workers' records: copied out of the ring, decoded */
     uint64_t next_seq;         /* submission counter for the slots */
     uint32_t n;
     struct worker w[];
@@ -88,5 +90,13 @@ void supervisor_kill_all(struct workers *ws);
  * some are, else "unavailable"; *http_status is 200 for ok/degraded, else 503. Returns NULL
  * when out of memory. */
 json_t *supervisor_health(struct workers *ws, int *http_status);
+
+/* The state /health and the metrics show for w: its life's name, except that a failed
+ * worker's new attempt reads "failed" until it is ready. */
+const char *supervisor_state_name(struct worker *w);
+
+/* Milliseconds until a worker may serve: 0 when one is ready or starting, else the time to
+ * the next respawn attempt; -1 when none is planned (shutting down, or no worker). */
+int64_t supervisor_retry_after_ms(struct workers *ws);
 
 #endif

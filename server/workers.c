@@ -233,7 +233,9 @@ static void release_slot(struct worker *w, struct worker_slot *sl)
 static int handle_record(struct worker *w, const void *buf, uint32_t len, bool *capacity)
 {
     struct proto_msg m;
-    int rc = proto_decode(buf, len, &m);
+    /* A private copy is decoded (the worker can rewrite the ring meanwhile), and no prompt
+     * buffer is given: a JOB from a worker is rejected, never written anywhere. */
+    int rc = proto_decoder_decode(w->ws->decoder, buf, len, &m, NULL, 0);
     if (rc < 0) {
         log_error("worker %u: malformed record of %u bytes rejected", w->id, len);
         return -EPROTO;
@@ -367,8 +369,9 @@ struct workers *workers_create(struct event_base *base, const struct kiln_config
     if (supervisor_init(ws) < 0)
         goto fail;
     ws->scratch = malloc(WIRE_MAX_MSG);
+    ws->decoder = proto_decoder_create();
     ws->ev_flush = event_new(base, -1, 0, on_flush, ws);
-    if (!ws->scratch || !ws->ev_flush)
+    if (!ws->scratch || !ws->decoder || !ws->ev_flush)
         goto fail;
     for (uint32_t i = 0; i < ws->n; i++) {
         struct worker *w = &ws->w[i];
@@ -427,5 +430,6 @@ void workers_destroy(struct workers *ws, int timeout_ms)
     if (ws->ev_flush)
         event_free(ws->ev_flush);
     free(ws->scratch);
+    proto_decoder_destroy(ws->decoder);
     free(ws);
 }

@@ -315,7 +315,7 @@ static void read_one(struct fixture *f)
 {
     struct proto_msg *m = &f->msg;
     const void *rec;
-    uint32_t len, prompt[1];
+    uint32_t len;
     struct transcript *t;
     int rc;
 
@@ -330,9 +330,7 @@ static void read_one(struct fixture *f)
         }
     }
     assert_int_equal(rc, 0);
-    m->u.job.prompt = prompt;
-    m->u.job.prompt_cap = 1;
-    assert_int_equal(proto_decode(rec, len, m), 0);
+    assert_int_equal(proto_decode(rec, len, m, NULL, 0), 0);
     shm_ring_pop(f->reg.to_front);
     t = find_tr(f, m->req_id);
     switch (m->type) {
@@ -545,19 +543,35 @@ static void test_loop_malformed_record_is_rejected_and_the_next_job_served(void 
     struct fixture *f = *state;
     struct model_mock_opts o = {.reply = "fine", .max_context = 64};
     struct recorder *r = recorder_create(&o);
-    static const unsigned char junk[] = {0x93, 0x01, 0xff, 0xc1, 'j', 'u', 'n', 'k'};
     char big[100];
     uint32_t outside[2] = {'a', TOKENIZER_BYTES_EOS + 1};
+    uint32_t toks[3] = {'a', 'b', 'c'};
+    int len;
 
     start_loop(f, r, 0);
-    push_raw(f, junk, sizeof(junk));
-    push_raw(f, "", 0);
+    /* a JOB cut short inside its sampling: its header names it, so it gets its FAILED (else
+     * the front's slot would never come free) */
+    push_job_tokens(f, 3, toks, 3, 5, NULL);
+    memset(&f->msg, 0, sizeof(f->msg));
+    f->msg.type = MSG_TYPE_JOB;
+    f->msg.req_id = f->tr[4].req_id;
+    f->msg.u.job.prompt = toks;
+    f->msg.u.job.n_prompt = 3;
+    f->msg.u.job.max_new_tokens = 5;
+    proto_sampling_init(&f->msg.u.job.sampling);
+    len = proto_encode(&f->msg, f->buf, sizeof(f->buf));
+    assert_true(len > 2);
+    push_raw(f, f->buf, (uint32_t)len - 2);
     /* well-formed but unusable: an out-of-vocabulary token, an oversize prompt */
     push_job_tokens(f, 0, outside, 2, 5, NULL);
     memset(big, 'b', sizeof(big) - 1);
     big[sizeof(big) - 1] = '\0';
     push_job(f, 1, big, 5);
     push_job(f, 2, "hello", 100);
+    until_final(f, 4);
+    assert_int_equal(f->tr[4].final, MSG_TYPE_FAILED);
+    assert_int_equal(f->tr[4].n_finals, 1);
+    assert_string_equal(f->tr[4].error, "the worker received a malformed job");
     until_final(f, 2);
     assert_string_equal(f->tr[2].text, "fine");
     assert_int_equal(f->tr[2].reason, FINISH_REASON_STOP);
@@ -568,8 +582,34 @@ static void test_loop_malformed_record_is_rejected_and_the_next_job_served(void 
     until_final(f, 0);
     assert_int_equal(f->tr[0].final, MSG_TYPE_FAILED);
     assert_non_null(strstr(f->tr[0].error, "outside the vocabulary"));
+    until_final(f, 3);
+    assert_int_equal(f->tr[3].final, MSG_TYPE_DONE);
     stop_loop(f);
     assert_int_equal(f->loop_rc, 0);
+}
+
+static void test_loop_record_without_a_header_is_a_protocol_error(void **state)
+{
+    struct fixture *f = *state;
+    char reply[201];
+    struct model_mock_opts o = {.reply = reply, .delay_ms = 2};
+    struct recorder *r;
+    static const unsigned char junk[] = {0x93, 0x01, 0xff, 0xc1, 'j', 'u', 'n', 'k'};
+
+    memset(reply, 'q', 200);
+    reply[200] = '\0';
+    r = recorder_create(&o);
+    start_loop(f, r, 0);
+    push_job(f, 0, "x", 1000);
+    until_started(f, 0);
+    /* no request to answer: the worker stops (the supervisor fails and restarts it), and
+     * what it held ends with FAILED rather than waiting forever */
+    push_raw(f, junk, sizeof(junk));
+    until_final(f, 0);
+    assert_int_equal(f->tr[0].final, MSG_TYPE_FAILED);
+    pthread_join(f->thread, NULL); /* loop_run returned: no stop was asked */
+    f->running = false;
+    assert_int_equal(f->loop_rc, -EPROTO);
 }
 
 static void test_loop_stop_fails_what_is_held(void **state)
@@ -601,6 +641,7 @@ int main(void)
         T(test_loop_job_cancelled_while_waiting_is_dropped),
         T(test_loop_eos_stops_unsent_and_max_new_tokens_is_length),
         T(test_loop_malformed_record_is_rejected_and_the_next_job_served),
+        T(test_loop_record_without_a_header_is_a_protocol_error),
         T(test_loop_stop_fails_what_is_held),
     };
 #undef T

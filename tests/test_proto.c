@@ -17,6 +17,27 @@
 #include <cmocka.h>
 
 #include <msgpack.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* Outside ASan (which owns malloc), count the mallocs of this process and the largest one:
+ * the decoder's contract is "nothing allocated per record" and "no size from unchecked
+ * bytes". glibc's __libc_malloc is the allocator underneath; free() pairs with it. */
+#if !defined(__SANITIZE_ADDRESS__)
+#define TEST_COUNTS_MALLOC 1
+extern void *__libc_malloc(size_t n);
+static _Atomic size_t g_n_mallocs, g_max_malloc;
+
+void *malloc(size_t n)
+{
+    size_t m = atomic_load_explicit(&g_max_malloc, memory_order_relaxed);
+
+    atomic_fetch_add_explicit(&g_n_mallocs, 1, memory_order_relaxed);
+    while (n > m && !atomic_compare_exchange_weak(&g_max_malloc, &m, n))
+        ;
+    return __libc_malloc(n);
+}
+#endif
 
 #define BUF_CAP (WIRE_MAX_MSG + 64)
 
@@ -62,9 +83,7 @@ static int teardown_proto(void **state)
 static int decode_cap(struct fixture *f, const void *buf, size_t len, uint32_t cap)
 {
     memset(&f->out, 0xee, sizeof(f->out)); /* stale garbage must not leak through */
-    f->out.u.job.prompt = f->prompt_out;
-    f->out.u.job.prompt_cap = cap;
-    return proto_decode(buf, len, &f->out);
+    return proto_decode(buf, len, &f->out, f->prompt_out, cap);
 }
 
 static int decode(struct fixture *f, const void *buf, size_t len)
@@ -581,10 +600,11 @@ static void test_proto_prompt_larger_than_cap_rejected(void **state)
     assert_int_equal(decode_cap(f, f->buf, (size_t)len, 9), -EPROTO);
     assert_int_equal(decode_cap(f, f->buf, (size_t)len, 0), -EPROTO);
     assert_int_equal(decode_cap(f, f->buf, (size_t)len, 10), 0);
-    /* No buffer at all. */
+    /* No buffer at all, whatever the caller's struct holds. */
     memset(&f->out, 0, sizeof(f->out));
+    f->out.u.job.prompt = f->prompt_out;
     f->out.u.job.prompt_cap = 10;
-    assert_int_equal(proto_decode(f->buf, (size_t)len, &f->out), -EPROTO);
+    assert_int_equal(proto_decode(f->buf, (size_t)len, &f->out, NULL, 10), -EPROTO);
 }
 
 static void test_proto_bad_reason_rejected(void **state)
@@ -892,6 +912,165 @@ static void test_proto_random_mutations_never_crash(void **state)
     assert_true(accepted > 0); /* e.g. a flipped payload bit in a token id */
 }
 
+/* ---- the decoder's contract --------------------------------------------------------- */
+
+static void test_proto_job_after_token_never_writes_through_the_union(void **state)
+{
+    struct fixture *f = *state;
+    int len;
+
+    /* A TOKEN leaves token ids and logprobs in the union, where a JOB's prompt pointer and
+     * capacity would sit. */
+    memset(&f->in, 0, sizeof(f->in));
+    f->in.type = MSG_TYPE_TOKEN;
+    f->in.req_id = 5;
+    f->in.u.token.token = 0x41414141u;
+    f->in.u.token.logprob = -1.0f;
+    f->in.u.token.n_top = WIRE_MAX_TOP_LOGPROBS;
+    for (uint32_t i = 0; i < WIRE_MAX_TOP_LOGPROBS; i++)
+        f->in.u.token.top[i].token = 0x41414141u;
+    len = encode(f);
+    assert_true(len > 0);
+    assert_int_equal(proto_decode(f->buf, (size_t)len, &f->out, NULL, 0), 0);
+    /* Then a JOB for a caller that expects none (the front): refused, nothing written. */
+    make_job(f, 4);
+    len = encode(f);
+    assert_true(len > 0);
+    assert_int_equal(proto_decode(f->buf, (size_t)len, &f->out, NULL, 0), -EPROTO);
+    assert_int_equal(f->out.type, MSG_TYPE_JOB);
+    assert_true(f->out.req_id == f->in.req_id);
+}
+
+static void test_proto_malformed_body_still_names_the_record(void **state)
+{
+    struct fixture *f = *state;
+    int len;
+
+    make_job(f, 3);
+    len = encode(f);
+    assert_true(len > 0);
+    /* Cut inside the last bias: the body is malformed, the header intact. */
+    assert_int_equal(decode(f, f->buf, (size_t)len - 1), -EPROTO);
+    assert_int_equal(f->out.type, MSG_TYPE_JOB);
+    assert_true(f->out.req_id == f->in.req_id);
+    /* No header to name: type 0. */
+    assert_int_equal(decode(f, "\x93\x02\x01\x07", 4), -EPROTO); /* version 2 */
+    assert_int_equal(f->out.type, 0);
+    assert_int_equal(decode(f, "\xc1", 1), -EPROTO);
+    assert_int_equal(f->out.type, 0);
+}
+
+static void test_proto_encode_refuses_non_finite_logit_bias(void **state)
+{
+    struct fixture *f = *state;
+
+    make_job(f, 3);
+    f->in.u.job.sampling.logit_bias[7].bias = NAN;
+    assert_int_equal(encode(f), -EINVAL);
+    f->in.u.job.sampling.logit_bias[7].bias = INFINITY;
+    assert_int_equal(encode(f), -EINVAL);
+    f->in.u.job.sampling.logit_bias[7].bias = -INFINITY;
+    assert_int_equal(encode(f), -EINVAL);
+    f->in.u.job.sampling.logit_bias[7].bias = -100.0f;
+    assert_true(encode(f) > 0);
+}
+
+static void test_proto_decoder_allocates_nothing_per_record(void **state)
+{
+#ifdef TEST_COUNTS_MALLOC
+    struct fixture *f = *state;
+    struct proto_decoder *d = proto_decoder_create();
+    size_t before;
+    int len;
+
+    assert_non_null(d);
+    make_job(f, WIRE_MAX_PROMPT); /* the most objects a record holds */
+    len = encode(f);
+    assert_true(len > 0);
+    before = atomic_load(&g_n_mallocs);
+    for (int i = 0; i < 20; i++) {
+        assert_int_equal(proto_decoder_decode(d, f->buf, (size_t)len, &f->out, f->prompt_out,
+                                              WIRE_MAX_PROMPT),
+                         0);
+        assert_int_equal(f->out.u.job.n_prompt, WIRE_MAX_PROMPT);
+        assert_int_equal(proto_decoder_decode(d, "\xc1", 1, &f->out, NULL, 0), -EPROTO);
+    }
+    assert_int_equal(atomic_load(&g_n_mallocs), before);
+    assert_int_equal(memcmp(f->prompt_out, f->prompt_in, WIRE_MAX_PROMPT * sizeof(uint32_t)),
+                     0);
+    proto_decoder_destroy(d);
+#else
+    (void)state;
+    skip(); /* ASan owns malloc */
+#endif
+}
+
+/* A peer flipping an array count between a small and a huge value while we decode. */
+struct flipper {
+    volatile unsigned char *count; /* the 4 count bytes of an array32 */
+    atomic_bool stop;
+};
+
+static void *flip_count(void *arg)
+{
+    struct flipper *fl = arg;
+
+    while (!atomic_load_explicit(&fl->stop, memory_order_relaxed)) {
+        for (int i = 0; i < 4; i++)
+            fl->count[i] = 0xff;
+        fl->count[0] = fl->count[1] = fl->count[2] = 0;
+        fl->count[3] = 3;
+    }
+    return NULL;
+}
+
+static void test_proto_decoder_reads_a_changing_record_once(void **state)
+{
+#ifdef TEST_COUNTS_MALLOC
+    struct fixture *f = *state;
+    struct proto_decoder *d = proto_decoder_create();
+    struct flipper fl = {0};
+    pthread_t th;
+    size_t len;
+
+    assert_non_null(d);
+    /* [1, JOB, 9, array32 [1, 2, 3], 16, sampling] built by hand around an array32 count. */
+    msgpack_sbuffer_clear(&f->sb);
+    msgpack_pack_array(&f->pk, 6);
+    msgpack_pack_uint32(&f->pk, WIRE_VERSION);
+    msgpack_pack_uint32(&f->pk, MSG_TYPE_JOB);
+    msgpack_pack_uint64(&f->pk, 9);
+    size_t at = f->sb.size;
+    msgpack_sbuffer_write(&f->sb, "\xdd\x00\x00\x00\x03\x01\x02\x03", 8);
+    msgpack_pack_uint32(&f->pk, 16);
+    pack_sampling(&f->pk, NO_FIELD);
+    memcpy(f->buf, f->sb.data, f->sb.size);
+    len = f->sb.size;
+    assert_int_equal(proto_decoder_decode(d, f->buf, len, &f->out, f->prompt_out, 8), 0);
+    assert_int_equal(f->out.u.job.n_prompt, 3);
+
+    atomic_store(&g_max_malloc, 0);
+    fl.count = f->buf + at + 1;
+    assert_int_equal(pthread_create(&th, NULL, flip_count, &fl), 0);
+    for (int i = 0; i < 20000; i++) {
+        int rc = proto_decoder_decode(d, f->buf, len, &f->out, f->prompt_out, 8);
+
+        assert_true(rc == 0 || rc == -EPROTO);
+        if (rc == 0)
+            assert_int_equal(f->out.u.job.n_prompt, 3);
+    }
+    atomic_store(&fl.stop, true);
+    pthread_join(th, NULL);
+    /* Had the check and the unpack read the bytes apart, msgpack-c would have been asked for
+     * ~100 GB at some point; one consistent copy is rejected or decoded whole. */
+    assert_true(atomic_load(&g_max_malloc) < ((size_t)1 << 24));
+    proto_decoder_destroy(d);
+#else
+    (void)state;
+    skip(); /* ASan owns malloc */
+#endif
+}
+
 #define PROTO_TEST(f) cmocka_unit_test_setup_teardown(f, setup_proto, teardown_proto)
 
 int main(void)
@@ -920,6 +1099,11 @@ int main(void)
         PROTO_TEST(test_proto_trailing_bytes_rejected),
         PROTO_TEST(test_proto_encode_short_buffer_returns_enospc),
         PROTO_TEST(test_proto_random_mutations_never_crash),
+        PROTO_TEST(test_proto_job_after_token_never_writes_through_the_union),
+        PROTO_TEST(test_proto_malformed_body_still_names_the_record),
+        PROTO_TEST(test_proto_encode_refuses_non_finite_logit_bias),
+        PROTO_TEST(test_proto_decoder_allocates_nothing_per_record),
+        PROTO_TEST(test_proto_decoder_reads_a_changing_record_once),
     };
     return cmocka_run_group_tests_name("proto", tests, NULL, NULL);
 }

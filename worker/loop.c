@@ -65,6 +65,7 @@ struct loop {
     struct model_result *res; /* (n_slots) */
     uint32_t *prompt_in;      /* (WIRE_MAX_PROMPT) a JOB's prompt as decoded */
     struct proto_msg in, out;
+    struct proto_decoder *dec;
     unsigned char *buf; /* (LOOP_OUT_BUF) */
     uint32_t unflushed; /* records pushed since the last wake of the front */
 };
@@ -280,7 +281,31 @@ static void on_cancel(struct loop *l, uint64_t req_id)
     }
 }
 
-/* Every record the front has sent. Returns 0, or -EPROTO when the ring itself is corrupt. */
+/* A record that did not decode. A JOB whose header names it gets its one final record, so
+ * the front's slot comes free; a CANCEL's request is cancelled (its DONE follows). Anything
+ * else is a broken front: -EPROTO, and the worker exits so the supervisor fails its jobs and
+ * starts a new one, rather than leave a job that never ends. */
+static int on_malformed(struct loop *l, uint32_t len)
+{
+    switch (l->in.type) {
+    case MSG_TYPE_JOB:
+        log_warn("request %llu: rejected a malformed JOB of %u bytes",
+                 (unsigned long long)l->in.req_id, len);
+        send_failed(l, l->in.req_id, "the worker received a malformed job");
+        return 0;
+    case MSG_TYPE_CANCEL:
+        log_warn("request %llu: a malformed CANCEL of %u bytes, cancelling",
+                 (unsigned long long)l->in.req_id, len);
+        on_cancel(l, l->in.req_id);
+        return 0;
+    default:
+        log_error("a malformed record of %u bytes from the front (no usable header)", len);
+        return -EPROTO;
+    }
+}
+
+/* Every record the front has sent. Returns 0, or -EPROTO when the ring is corrupt or a record
+ * is beyond answering. */
 static int read_records(struct loop *l)
 {
     const void *rec;
@@ -288,12 +313,13 @@ static int read_records(struct loop *l)
     int rc;
 
     while ((rc = shm_ring_peek(l->reg->to_worker, &rec, &len)) == 0) {
-        l->in.u.job.prompt = l->prompt_in;
-        l->in.u.job.prompt_cap = WIRE_MAX_PROMPT;
-        rc = proto_decode(rec, len, &l->in);
+        /* Decoded from a private copy with a zone kept across records: the front cannot
+         * change the bytes between the checks and the use, and nothing is allocated here. */
+        rc = proto_decoder_decode(l->dec, rec, len, &l->in, l->prompt_in, WIRE_MAX_PROMPT);
         shm_ring_pop(l->reg->to_worker); /* nothing in l->in points into the ring */
         if (rc < 0) {
-            log_warn("rejected a malformed record of %u bytes from the front", len);
+            if ((rc = on_malformed(l, len)) < 0)
+                return rc;
             continue;
         }
         switch (l->in.type) {
@@ -547,7 +573,8 @@ struct loop *loop_create(struct model *m, struct shm_region *reg, int wake_fd, i
     l->res = calloc(l->n_slots, sizeof(*l->res));
     l->prompt_in = calloc(WIRE_MAX_PROMPT, sizeof(*l->prompt_in));
     l->buf = malloc(LOOP_OUT_BUF);
-    if (!l->seqs || !l->order || !l->jobs || !l->queue || !l->free_jobs || !l->prompt_store ||
+    l->dec = proto_decoder_create();
+    if (!l->dec || !l->seqs || !l->order || !l->jobs || !l->queue || !l->free_jobs || !l->prompt_store ||
         !l->logits || !l->slots || !l->tokens || !l->res || !l->prompt_in || !l->buf)
         goto nomem;
     for (uint32_t i = 0; i < l->n_slots; i++)
@@ -596,5 +623,6 @@ void loop_destroy(struct loop *l)
     free(l->res);
     free(l->prompt_in);
     free(l->buf);
+    proto_decoder_destroy(l->dec);
     free(l);
 }
