@@ -11,6 +11,7 @@
 #include <event2/http.h>
 
 #include "config.h"
+#include "http_filter.h"
 #include "log.h"
 
 /* Seconds a connection may sit without reading or writing: idle keep-alive connections and
@@ -46,12 +47,12 @@ struct evhttp *http_create(struct event_base *base, const struct kiln_config *cf
         log_error("evhttp_new failed");
         return NULL;
     }
-    /* libevent refuses a body over this before reading it (a Content-Length above it, or a
-     * chunked body growing past it) and calls api_handle without a URI, which answers the
-     * 413 in the API's JSON; so no body larger than the limit is ever held in memory. */
-    evhttp_set_max_body_size(http, (ev_ssize_t)cfg->max_body_bytes);
-    /* the request line and headers: past this the connection fails the same way (400/413) */
-    evhttp_set_max_headers_size(http, (ev_ssize_t)cfg->max_header_bytes);
+    /* Requests over the limits are refused by http_filter.c's guard, in the API's JSON,
+     * before libevent reads them; libevent's own limits (which it answers in HTML) stay a
+     * little above as a backstop. */
+    evhttp_set_max_body_size(http, (ev_ssize_t)(cfg->max_body_bytes + HTTP_FILTER_BACKSTOP));
+    evhttp_set_max_headers_size(http, (ev_ssize_t)cfg->max_header_bytes + HTTP_FILTER_BACKSTOP);
+    http_filter_install(http, cfg);
     /* every method reaches the callback, which answers 405 itself in the API's shape */
     evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
                                          EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
