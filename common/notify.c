@@ -19,27 +19,36 @@ int notify_eventfd(void)
     return fd < 0 ? -errno : fd;
 }
 
+static int notify_take_flag(_Atomic uint32_t *flag, int efd);
+
 /* Why this cannot lose a wake-up (Dekker's pattern, two seq_cst fences):
  *   consumer: waiting = 1; fence; if ring empty -> sleep
  *   producer: head = h'; fence; if waiting -> write efd
  * The fences order the two stores before the two loads, so at least one side sees the
  * other's store: either the consumer sees the record and does not sleep, or the producer sees
  * waiting and writes the eventfd (whose counter stays set until the consumer reads it). */
-int notify_wake(struct shm_ring *r, int efd)
+int notify_wake(struct shm_ring_view *v, int efd)
 {
-    uint64_t one = 1;
-    uint32_t expected = 1;
-
+    struct shm_ring *r = v->shared;
     /* seq_cst fence: orders our release of head (in commit) before the load of
      * consumer_waiting below; pairs with the fence in notify_prepare_sleep(). */
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&r->consumer_waiting, memory_order_relaxed) == 0)
         return 0;
-    /* Merge wake-ups: the first producer to see the flag clears it and writes; later pushes
-     * before the consumer runs find it clear and skip the syscall. Relaxed is enough: the
-     * eventfd write is the signal, the flag only saves syscalls. */
-    if (!atomic_compare_exchange_strong_explicit(&r->consumer_waiting, &expected, 0,
-                                                 memory_order_relaxed, memory_order_relaxed))
+    /* Merge wake-ups: the first producer to see the flag clears it and writes. */
+    return notify_take_flag(&r->consumer_waiting, efd);
+}
+
+/* Clear a waiting flag seen set and write efd: the first waker to clear it writes, later ones
+ * find it clear and skip the syscall. Relaxed is enough: the eventfd write is the signal, the
+ * flag only saves syscalls. */
+static int notify_take_flag(_Atomic uint32_t *flag, int efd)
+{
+    uint64_t one = 1;
+    uint32_t expected = 1;
+
+    if (!atomic_compare_exchange_strong_explicit(flag, &expected, 0, memory_order_relaxed,
+                                                 memory_order_relaxed))
         return 0;
     for (;;) {
         if (write(efd, &one, sizeof(one)) == (ssize_t)sizeof(one))
@@ -51,23 +60,51 @@ int notify_wake(struct shm_ring *r, int efd)
     }
 }
 
-bool notify_prepare_sleep(struct shm_ring *r)
+bool notify_prepare_sleep(struct shm_ring_view *v)
 {
+    struct shm_ring *r = v->shared;
+
     atomic_store_explicit(&r->consumer_waiting, 1, memory_order_relaxed);
     /* seq_cst fence: orders the store of consumer_waiting before the load of head in
      * shm_ring_empty(); pairs with the fence in notify_wake(). */
     atomic_thread_fence(memory_order_seq_cst);
-    if (!shm_ring_empty(r)) {
+    if (!shm_ring_empty(v)) {
         atomic_store_explicit(&r->consumer_waiting, 0, memory_order_relaxed);
         return false;
     }
     return true;
 }
 
-void notify_end_sleep(struct shm_ring *r)
+void notify_end_sleep(struct shm_ring_view *v)
 {
     /* Relaxed: a stale 1 seen by the producer costs one spare eventfd write, nothing more. */
-    atomic_store_explicit(&r->consumer_waiting, 0, memory_order_relaxed);
+    atomic_store_explicit(&v->shared->consumer_waiting, 0, memory_order_relaxed);
+}
+
+/* The same Dekker pattern with the roles swapped:
+ *   producer: producer_waiting = 1; fence; retry the push (loads tail) -> sleep if still full
+ *   consumer: tail = t'; fence; if producer_waiting -> write efd */
+void notify_prepare_wait_room(struct shm_ring_view *v)
+{
+    atomic_store_explicit(&v->shared->producer_waiting, 1, memory_order_relaxed);
+    /* seq_cst fence: orders the store above before the load of tail in the retried reserve;
+     * pairs with the fence in notify_wake_producer(). */
+    atomic_thread_fence(memory_order_seq_cst);
+}
+
+void notify_end_wait_room(struct shm_ring_view *v)
+{
+    atomic_store_explicit(&v->shared->producer_waiting, 0, memory_order_relaxed);
+}
+
+int notify_wake_producer(struct shm_ring_view *v, int efd)
+{
+    /* seq_cst fence: orders our release of tail (in pop) before the load below; pairs with
+     * the fence in notify_prepare_wait_room(). */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&v->shared->producer_waiting, memory_order_relaxed) == 0)
+        return 0;
+    return notify_take_flag(&v->shared->producer_waiting, efd);
 }
 
 int notify_consume(int efd)

@@ -74,10 +74,11 @@ int shm_region_create(struct shm_region *reg, uint64_t to_worker_size, uint64_t 
     atomic_init(&hdr->n_decoded_tokens, 0);
     hist_init(&hdr->prefill);
     hist_init(&hdr->decode_step);
-    reg->to_worker = (struct shm_ring *)(void *)((unsigned char *)base + tw_off);
-    reg->to_front = (struct shm_ring *)(void *)((unsigned char *)base + tf_off);
-    if (shm_ring_init(reg->to_worker, to_worker_size) < 0 ||
-        shm_ring_init(reg->to_front, to_front_size) < 0) {
+    if (shm_ring_init(&reg->to_worker,
+                      (struct shm_ring *)(void *)((unsigned char *)base + tw_off),
+                      to_worker_size) < 0 ||
+        shm_ring_init(&reg->to_front, (struct shm_ring *)(void *)((unsigned char *)base + tf_off),
+                      to_front_size) < 0) {
         err = -EINVAL; /* unreachable: sizes were checked above */
         (void)munmap(base, (size_t)total);
         goto fail;
@@ -149,9 +150,10 @@ int shm_region_attach(struct shm_region *reg, int fd)
     if (tw_off < tf_off ? shm_ring_footprint(tw_size) > tf_off - tw_off
                         : shm_ring_footprint(tf_size) > tw_off - tf_off)
         goto fail;
-    reg->to_worker = (struct shm_ring *)(void *)((unsigned char *)base + tw_off);
-    reg->to_front = (struct shm_ring *)(void *)((unsigned char *)base + tf_off);
-    if (shm_ring_check(reg->to_worker, tw_size) < 0 || shm_ring_check(reg->to_front, tf_size) < 0)
+    if (shm_ring_check(&reg->to_worker,
+                       (struct shm_ring *)(void *)((unsigned char *)base + tw_off), tw_size) < 0 ||
+        shm_ring_check(&reg->to_front, (struct shm_ring *)(void *)((unsigned char *)base + tf_off),
+                       tf_size) < 0)
         goto fail;
     reg->fd = fd;
     reg->size = (size_t)file_size;

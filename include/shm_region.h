@@ -50,13 +50,14 @@ struct shm_region_hdr {
     struct hist decode_step; /* one decode_batch call */
 };
 
-/* A region mapped in this process. */
+/* A region mapped in this process. The rings are this process's views (shm_ring.h): their
+ * sizes come from create's arguments or attach's checks, never again from the header. */
 struct shm_region {
     int fd;
     size_t size;
     struct shm_region_hdr *hdr;
-    struct shm_ring *to_worker;
-    struct shm_ring *to_front;
+    struct shm_ring_view to_worker; /* .shared NULL when not mapped */
+    struct shm_ring_view to_front;
 };
 
 /* Create a memfd (close-on-exec) of a header and two rings of the given data sizes (powers

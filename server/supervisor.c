@@ -227,7 +227,7 @@ static void on_notify_spawned(struct worker *w)
 {
     event_add(w->ev_notify, NULL);
     /* say we sleep; if the worker was quicker, read at once */
-    if (!notify_prepare_sleep(w->reg.to_front))
+    if (!notify_prepare_sleep(&w->reg.to_front))
         event_active(w->ev_notify, EV_READ, 0);
 }
 
@@ -374,7 +374,9 @@ static void check_stopped(struct workers *ws)
     done(ws->on_stopped_arg);
 }
 
-/* A death in a row more: respawn after the backoff, or give up on one that never starts. */
+/* A death in a row more: respawn after the backoff. One that keeps failing before it is
+ * ready is marked failed (so requests stop waiting for it) but is still tried again at the
+ * backoff cap: a transient cause (memory short at load) must not need a kiln restart. */
 static void plan_respawn(struct worker *w, bool was_ready)
 {
     struct workers *ws = w->ws;
@@ -388,18 +390,20 @@ static void plan_respawn(struct worker *w, bool was_ready)
     if (was_ready && now - w->ready_at_ms >= SUPERVISOR_HEALTHY_MS)
         w->deaths_in_row = 0; /* a minute of health: start the backoff over */
     w->deaths_in_row++;
-    if (!was_ready && ++w->start_failures >= SUPERVISOR_MAX_START_FAILURES) {
-        w->life = WORKER_LIFE_FAILED;
-        log_error("worker %u failed %u times in a row before it was ready; not restarting it "
-                  "(last error: %s)",
-                  w->id, w->start_failures, w->last_error[0] ? w->last_error : w->last_exit);
-        return;
-    }
     ms = (uint64_t)ws->cfg->restart_backoff_ms
          << (w->deaths_in_row - 1 < 20 ? w->deaths_in_row - 1 : 20);
     if (ms > SUPERVISOR_BACKOFF_MAX_MS)
         ms = SUPERVISOR_BACKOFF_MAX_MS;
     w->life = WORKER_LIFE_BACKOFF;
+    if (!was_ready && ++w->start_failures >= SUPERVISOR_MAX_START_FAILURES) {
+        w->life = WORKER_LIFE_FAILED;
+        ms = SUPERVISOR_BACKOFF_MAX_MS;
+        if (w->start_failures == SUPERVISOR_MAX_START_FAILURES)
+            log_error("worker %u failed %u times in a row before it was ready; marked failed, "
+                      "retrying every %u ms (last error: %s)",
+                      w->id, w->start_failures, SUPERVISOR_BACKOFF_MAX_MS,
+                      w->last_error[0] ? w->last_error : w->last_exit);
+    }
     w->respawn_at_ms = now + (int64_t)ms;
     struct timeval tv = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000};
     evtimer_add(w->ev_respawn, &tv);
@@ -411,7 +415,7 @@ static void on_respawn(evutil_socket_t fd, short what, void *arg)
     struct worker *w = arg;
     (void)fd;
     (void)what;
-    if (w->life != WORKER_LIFE_BACKOFF || w->ws->draining)
+    if ((w->life != WORKER_LIFE_BACKOFF && w->life != WORKER_LIFE_FAILED) || w->ws->draining)
         return;
     if (supervisor_spawn(w) < 0) {
         snprintf(w->last_exit, sizeof(w->last_exit), "could not be started");
@@ -420,6 +424,32 @@ static void on_respawn(evutil_socket_t fd, short what, void *arg)
         return;
     }
     w->ws->ops->on_capacity(w->ws->ctx);
+}
+
+const char *supervisor_state_name(struct worker *w)
+{
+    enum worker_life l = worker_life_get(w);
+    /* a failed worker's retry shows as failed until it is ready */
+    if (l == WORKER_LIFE_STARTING && w->start_failures >= SUPERVISOR_MAX_START_FAILURES)
+        l = WORKER_LIFE_FAILED;
+    return worker_life_name(l);
+}
+
+int64_t supervisor_retry_after_ms(struct workers *ws)
+{
+    int64_t now = mono_ms(), best = -1;
+    for (uint32_t i = 0; i < ws->n && !ws->draining; i++) {
+        struct worker *w = &ws->w[i];
+        enum worker_life l = worker_life_get(w);
+        int64_t in = 0;
+        if (l == WORKER_LIFE_BACKOFF || l == WORKER_LIFE_FAILED)
+            in = w->respawn_at_ms > now ? w->respawn_at_ms - now : 0;
+        else if (l != WORKER_LIFE_STARTING && l != WORKER_LIFE_READY)
+            continue;
+        if (best < 0 || in < best)
+            best = in;
+    }
+    return best;
 }
 
 /* The process is gone (status from waitpid): name the cause, hand its last records and its
@@ -624,13 +654,13 @@ json_t *supervisor_health(struct workers *ws, int *http_status)
         running += w->used;
         ready += l == WORKER_LIFE_READY && !w->poisoned;
         json_object_set_new(o, "id", json_integer(w->id));
-        json_object_set_new(o, "state", json_string(worker_life_name(l)));
+        json_object_set_new(o, "state", json_string(supervisor_state_name(w)));
         json_object_set_new(o, "pid", w->pid > 0 ? json_integer(w->pid) : json_null());
         json_object_set_new(o, "running", json_integer(w->used));
         json_object_set_new(o, "waiting", json_integer(waiting));
         json_object_set_new(o, "active", json_integer(active));
         json_object_set_new(o, "restarts", json_integer(w->n_spawns ? w->n_spawns - 1 : 0));
-        if (l == WORKER_LIFE_BACKOFF)
+        if (l == WORKER_LIFE_BACKOFF || l == WORKER_LIFE_FAILED)
             json_object_set_new(o, "restart_in_ms",
                                 json_integer(w->respawn_at_ms > now ? w->respawn_at_ms - now
                                                                     : 0));

@@ -133,7 +133,7 @@ static int worker_push(struct worker *w, const struct proto_msg *m)
     int len = proto_encode(m, w->ws->scratch, WIRE_MAX_MSG);
     if (len < 0)
         return len == -ENOSPC ? -EMSGSIZE : len;
-    int rc = shm_ring_push(w->reg.to_worker, w->ws->scratch, (uint32_t)len);
+    int rc = shm_ring_push(&w->reg.to_worker, w->ws->scratch, (uint32_t)len);
     if (rc == 0)
         schedule_flush(w);
     return rc;
@@ -166,7 +166,7 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
         }
         if (w->wake_pending) {
             w->wake_pending = false;
-            int rc = notify_wake(w->reg.to_worker, w->wake_fd);
+            int rc = notify_wake(&w->reg.to_worker, w->wake_fd);
             if (rc < 0)
                 log_warn("worker %u: wake failed: %s", w->id, strerror(-rc));
         }
@@ -272,13 +272,13 @@ void workers_on_notify(int fd, short what, void *arg)
     (void)what;
 
     (void)notify_consume(w->notify_fd);
-    notify_end_sleep(w->reg.to_front);
+    notify_end_sleep(&w->reg.to_front);
     (void)worker_life_get(w);
     for (;;) {
         const void *rec;
         uint32_t len;
-        int rc;
-        while (budget > 0 && (rc = shm_ring_peek(w->reg.to_front, &rec, &len)) == 0) {
+        int rc, rc2;
+        while (budget > 0 && (rc = shm_ring_peek(&w->reg.to_front, &rec, &len)) == 0) {
             budget--;
             w->n_records++;
             rc = handle_record(w, rec, len, &capacity);
@@ -286,10 +286,14 @@ void workers_on_notify(int fd, short what, void *arg)
                 supervisor_poison(w, "protocol violation");
                 goto out;
             }
-            shm_ring_pop(w->reg.to_front);
+            shm_ring_pop(&w->reg.to_front);
             if (!w->pid || w->poisoned)
                 goto out;
         }
+        /* Room was made: a worker that found the ring full sleeps until told (one write per
+         * drain, and only when it said it waits). */
+        if ((rc2 = notify_wake_producer(&w->reg.to_front, w->wake_fd)) < 0)
+            log_warn("worker %u: waking it for room failed: %s", w->id, strerror(-rc2));
         if (budget > 0 && rc == -EPROTO) {
             supervisor_poison(w, "corrupt ring");
             goto out;
@@ -299,7 +303,7 @@ void workers_on_notify(int fd, short what, void *arg)
             event_active(w->ev_notify, EV_READ, 0);
             goto out;
         }
-        if (notify_prepare_sleep(w->reg.to_front))
+        if (notify_prepare_sleep(&w->reg.to_front))
             break;
     }
 out:
@@ -314,16 +318,16 @@ void worker_drain_dead(struct worker *w)
     bool capacity = false;
     int rc;
 
-    if (w->poisoned || !w->reg.to_front)
+    if (w->poisoned || !w->reg.to_front.shared)
         return;
     /* the process is gone, so the ring holds only whole records and no more come */
-    while ((rc = shm_ring_peek(w->reg.to_front, &rec, &len)) == 0) {
+    while ((rc = shm_ring_peek(&w->reg.to_front, &rec, &len)) == 0) {
         w->n_records++;
         if (handle_record(w, rec, len, &capacity) < 0) {
             w->poisoned = true;
             return;
         }
-        shm_ring_pop(w->reg.to_front);
+        shm_ring_pop(&w->reg.to_front);
     }
     if (rc == -EPROTO)
         log_error("worker %u: corrupt ring; its last records are discarded", w->id);

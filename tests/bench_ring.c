@@ -41,7 +41,7 @@ static uint64_t now_ns(void)
 
 /* Consumer: take n records; when the ring is empty, sleep through notify. With lat, the
  * first 8 bytes of each record are the producer's timestamp and the delay is recorded. */
-static int consumer(struct shm_ring *r, int efd, uint64_t n, struct bench_shared *sh, bool lat)
+static int consumer(struct shm_ring_view *r, int efd, uint64_t n, struct bench_shared *sh, bool lat)
 {
     struct notify_waiter *w;
     const void *msg;
@@ -80,7 +80,7 @@ static int consumer(struct shm_ring *r, int efd, uint64_t n, struct bench_shared
     return 0;
 }
 
-static pid_t spawn_consumer(struct shm_ring *r, int efd, uint64_t n, struct bench_shared *sh,
+static pid_t spawn_consumer(struct shm_ring_view *r, int efd, uint64_t n, struct bench_shared *sh,
                             bool lat)
 {
     pid_t pid = fork();
@@ -101,7 +101,7 @@ static int reap(pid_t pid)
 
 static int bench_stream(struct shm_region *reg, int efd, struct bench_shared *sh)
 {
-    struct shm_ring *r = reg->to_front;
+    struct shm_ring_view *r = &reg->to_front;
     unsigned char rec[STREAM_LEN] = {0};
     uint64_t t0, deadline;
     pid_t pid;
@@ -147,7 +147,7 @@ static int cmp_u64(const void *a, const void *b)
 
 static int bench_wake(struct shm_region *reg, int efd, struct bench_shared *sh)
 {
-    struct shm_ring *r = reg->to_front;
+    struct shm_ring_view *r = &reg->to_front;
     unsigned char rec[STREAM_LEN] = {0};
     uint64_t deadline, t;
     pid_t pid;
@@ -160,7 +160,7 @@ static int bench_wake(struct shm_region *reg, int efd, struct bench_shared *sh)
     deadline = now_ns() + DEADLINE_S * UINT64_C(1000000000);
     for (uint32_t i = 0; i < WAKE_ROUNDS; i++) {
         /* Wait until the consumer says it sleeps, give it time to get into the kernel... */
-        while (atomic_load(&r->consumer_waiting) == 0) {
+        while (atomic_load(&r->shared->consumer_waiting) == 0) {
             if (now_ns() > deadline) {
                 kill(pid, SIGKILL);
                 (void)reap(pid);

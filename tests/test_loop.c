@@ -245,8 +245,8 @@ static int teardown(void **state)
 
 static void push_raw(struct fixture *f, const void *rec, uint32_t len)
 {
-    assert_int_equal(shm_ring_push(f->reg.to_worker, rec, len), 0);
-    assert_int_equal(notify_wake(f->reg.to_worker, f->wake_fd), 0);
+    assert_int_equal(shm_ring_push(&f->reg.to_worker, rec, len), 0);
+    assert_int_equal(notify_wake(&f->reg.to_worker, f->wake_fd), 0);
 }
 
 static void push_msg(struct fixture *f)
@@ -319,19 +319,21 @@ static void read_one(struct fixture *f)
     struct transcript *t;
     int rc;
 
-    while ((rc = shm_ring_peek(f->reg.to_front, &rec, &len)) == -EAGAIN) {
-        if (notify_prepare_sleep(f->reg.to_front)) {
+    while ((rc = shm_ring_peek(&f->reg.to_front, &rec, &len)) == -EAGAIN) {
+        if (notify_prepare_sleep(&f->reg.to_front)) {
             struct pollfd p = {.fd = f->notify_fd, .events = POLLIN};
 
             rc = poll(&p, 1, WAIT_MS);
-            notify_end_sleep(f->reg.to_front);
+            notify_end_sleep(&f->reg.to_front);
             assert_int_equal(rc, 1); /* else the worker went silent */
             assert_int_equal(notify_consume(f->notify_fd), 0);
         }
     }
     assert_int_equal(rc, 0);
     assert_int_equal(proto_decode(rec, len, m, NULL, 0), 0);
-    shm_ring_pop(f->reg.to_front);
+    shm_ring_pop(&f->reg.to_front);
+    /* as the front does: a worker waiting for room is woken by the pop */
+    assert_int_equal(notify_wake_producer(&f->reg.to_front, f->wake_fd), 0);
     t = find_tr(f, m->req_id);
     switch (m->type) {
     case MSG_TYPE_STARTED:

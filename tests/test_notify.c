@@ -23,7 +23,7 @@
 
 struct fixture {
     struct shm_region reg;
-    struct shm_ring *r; /* reg.to_worker */
+    struct shm_ring_view *r; /* &reg.to_worker */
     int efd;
 };
 
@@ -33,7 +33,7 @@ static int setup_notify(void **state)
 
     if (f == NULL || shm_region_create(&f->reg, 4096, 4096) != 0)
         return -1;
-    f->r = f->reg.to_worker;
+    f->r = &f->reg.to_worker;
     if ((f->efd = notify_eventfd()) < 0)
         return -1;
     *state = f;
@@ -93,13 +93,30 @@ static void test_notify_wake_writes_only_when_consumer_waits(void **state)
 
     shm_ring_pop(f->r);
     assert_true(notify_prepare_sleep(f->r));
-    assert_int_equal(atomic_load(&f->r->consumer_waiting), 1);
+    assert_int_equal(atomic_load(&f->r->shared->consumer_waiting), 1);
     assert_int_equal(shm_ring_push(f->r, "b", 1), 0);
     assert_int_equal(notify_wake(f->r, f->efd), 0);
     assert_int_equal(notify_wake(f->r, f->efd), 0); /* merged into the first */
     assert_int_equal(efd_take(f->efd), 1);
     notify_end_sleep(f->r);
-    assert_int_equal(atomic_load(&f->r->consumer_waiting), 0);
+    assert_int_equal(atomic_load(&f->r->shared->consumer_waiting), 0);
+}
+
+static void test_notify_wake_producer_writes_only_when_producer_waits(void **state)
+{
+    struct fixture *f = *state;
+
+    assert_int_equal(notify_wake_producer(f->r, f->efd), 0);
+    assert_int_equal(efd_take(f->efd), 0); /* nobody waits for room: no write */
+    notify_prepare_wait_room(f->r);
+    assert_int_equal(atomic_load(&f->r->shared->producer_waiting), 1);
+    assert_int_equal(notify_wake_producer(f->r, f->efd), 0);
+    assert_int_equal(notify_wake_producer(f->r, f->efd), 0); /* merged into the first */
+    assert_int_equal(efd_take(f->efd), 1);
+    assert_int_equal(atomic_load(&f->r->shared->producer_waiting), 0);
+    notify_prepare_wait_room(f->r);
+    notify_end_wait_room(f->r);
+    assert_int_equal(atomic_load(&f->r->shared->producer_waiting), 0);
 }
 
 static void test_notify_prepare_sleep_refuses_when_ring_not_empty(void **state)
@@ -108,7 +125,7 @@ static void test_notify_prepare_sleep_refuses_when_ring_not_empty(void **state)
 
     assert_int_equal(shm_ring_push(f->r, "a", 1), 0);
     assert_false(notify_prepare_sleep(f->r));
-    assert_int_equal(atomic_load(&f->r->consumer_waiting), 0);
+    assert_int_equal(atomic_load(&f->r->shared->consumer_waiting), 0);
 }
 
 static void test_notify_consume_drains_counter(void **state)
@@ -157,7 +174,7 @@ static void test_notify_waiter_returns_one_when_written(void **state)
 /* The producer child: ROUNDS records, each pushed either right after the consumer announced
  * its sleep (the wake path) or at a random moment (the race between announcing and pushing).
  * Exit codes: 0 ok, 1 push failed, 2 the consumer never slept, 3 wake failed. */
-static int producer_child(struct shm_ring *r, int efd)
+static int producer_child(struct shm_ring_view *r, int efd)
 {
     uint64_t deadline = hist_now_us() + 30000000;
     uint32_t seed = 12345;
@@ -166,7 +183,7 @@ static int producer_child(struct shm_ring *r, int efd)
     for (uint32_t i = 0; i < ROUNDS; i++) {
         seed = seed * 1103515245u + 12345u;
         if (i % 2 == 0) {
-            while (atomic_load(&r->consumer_waiting) == 0) {
+            while (atomic_load(&r->shared->consumer_waiting) == 0) {
                 if (hist_now_us() > deadline)
                     return 2;
                 sched_yield();
@@ -243,6 +260,7 @@ int main(void)
         NOTIFY_TEST(test_notify_eventfd_is_nonblocking_and_cloexec),
         NOTIFY_TEST(test_notify_wake_writes_only_when_consumer_waits),
         NOTIFY_TEST(test_notify_prepare_sleep_refuses_when_ring_not_empty),
+        NOTIFY_TEST(test_notify_wake_producer_writes_only_when_producer_waits),
         NOTIFY_TEST(test_notify_consume_drains_counter),
         NOTIFY_TEST(test_notify_waiter_timeout_returns_zero),
         NOTIFY_TEST(test_notify_waiter_returns_one_when_written),

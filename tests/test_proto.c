@@ -1005,6 +1005,7 @@ static void test_proto_decoder_allocates_nothing_per_record(void **state)
 #endif
 }
 
+#ifdef TEST_COUNTS_MALLOC
 /* A peer flipping an array count between a small and a huge value while we decode. */
 struct flipper {
     volatile unsigned char *count; /* the 4 count bytes of an array32 */
@@ -1023,6 +1024,7 @@ static void *flip_count(void *arg)
     }
     return NULL;
 }
+#endif
 
 static void test_proto_decoder_reads_a_changing_record_once(void **state)
 {

@@ -48,14 +48,15 @@ static int attach_dup(const struct shm_region *reg, struct shm_region *out)
 static void test_shm_region_create_lays_out_header_and_rings(void **state)
 {
     struct shm_region *reg = *state;
+    struct shm_ring_view v;
     struct stat st;
 
     assert_int_equal(reg->hdr->magic, SHM_REGION_MAGIC);
     assert_int_equal(reg->hdr->to_worker_off % 64, 0);
     assert_int_equal(reg->hdr->to_front_off % 64, 0);
     assert_true(reg->hdr->to_worker_off >= sizeof(struct shm_region_hdr));
-    assert_int_equal(shm_ring_check(reg->to_worker, TW_SIZE), 0);
-    assert_int_equal(shm_ring_check(reg->to_front, TF_SIZE), 0);
+    assert_int_equal(shm_ring_check(&v, reg->to_worker.shared, TW_SIZE), 0);
+    assert_int_equal(shm_ring_check(&v, reg->to_front.shared, TF_SIZE), 0);
     assert_int_equal(fstat(reg->fd, &st), 0);
     assert_int_equal((uint64_t)st.st_size, reg->size);
     assert_int_equal(reg->hdr->size, reg->size);
@@ -84,10 +85,10 @@ static int region_child(int fd)
 
     if (shm_region_attach(&reg, fd) != 0)
         return 1;
-    if (shm_ring_peek(reg.to_worker, &msg, &len) != 0 || len != 4 || memcmp(msg, "ping", 4))
+    if (shm_ring_peek(&reg.to_worker, &msg, &len) != 0 || len != 4 || memcmp(msg, "ping", 4))
         return 2;
-    shm_ring_pop(reg.to_worker);
-    if (shm_ring_push(reg.to_front, "pong", 4) != 0)
+    shm_ring_pop(&reg.to_worker);
+    if (shm_ring_push(&reg.to_front, "pong", 4) != 0)
         return 3;
     atomic_store(&reg.hdr->heartbeat, 42);
     atomic_store(&reg.hdr->state, WORKER_STATE_READY);
@@ -103,7 +104,7 @@ static void test_shm_region_attach_in_forked_child_round_trip(void **state)
     int status;
     pid_t pid;
 
-    assert_int_equal(shm_ring_push(reg->to_worker, "ping", 4), 0);
+    assert_int_equal(shm_ring_push(&reg->to_worker, "ping", 4), 0);
     pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -113,7 +114,7 @@ static void test_shm_region_attach_in_forked_child_round_trip(void **state)
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
-    assert_int_equal(shm_ring_peek(reg->to_front, &msg, &len), 0);
+    assert_int_equal(shm_ring_peek(&reg->to_front, &msg, &len), 0);
     assert_int_equal(len, 4);
     assert_memory_equal(msg, "pong", 4);
     assert_int_equal(atomic_load(&reg->hdr->heartbeat), 42);
@@ -130,7 +131,7 @@ static void test_shm_region_attach_rejects_wrong_magic(void **state)
     reg->hdr->version = SHM_REGION_VERSION + 1;
     assert_int_equal(attach_dup(reg, &other), -EPROTO);
     reg->hdr->version = SHM_REGION_VERSION;
-    reg->to_front->magic = 0;
+    reg->to_front.shared->magic = 0;
     assert_int_equal(attach_dup(reg, &other), -EPROTO);
     assert_null(other.hdr);
 }
@@ -164,6 +165,7 @@ static void test_shm_region_attach_rejects_truncated_file(void **state)
 static void test_shm_region_attach_rejects_offsets_beyond_file(void **state)
 {
     struct shm_region *reg = *state, other;
+    struct shm_ring_view v;
     uint64_t tf_off = reg->hdr->to_front_off, tw_off = reg->hdr->to_worker_off;
     uint64_t tf_size = reg->hdr->to_front_size;
 
@@ -188,7 +190,7 @@ static void test_shm_region_attach_rejects_offsets_beyond_file(void **state)
     reg->hdr->to_worker_off = tw_off;
     /* Restored, it attaches. */
     assert_int_equal(attach_dup(reg, &other), 0);
-    assert_int_equal(shm_ring_check(other.to_front, tf_size), 0);
+    assert_int_equal(shm_ring_check(&v, other.to_front.shared, tf_size), 0);
     shm_region_destroy(&other);
 }
 

@@ -30,23 +30,27 @@ static const unsigned char zeros[RING_SIZE];
 
 static int setup_ring(void **state)
 {
-    struct shm_ring *r = aligned_alloc(64, shm_ring_footprint(RING_SIZE));
+    struct shm_ring_view *r = calloc(1, sizeof(*r));
+    struct shm_ring *shared = aligned_alloc(64, shm_ring_footprint(RING_SIZE));
 
-    if (r == NULL || shm_ring_init(r, RING_SIZE) != 0)
+    if (r == NULL || shared == NULL || shm_ring_init(r, shared, RING_SIZE) != 0)
         return -1;
-    memset(r->data, 0xa5, RING_SIZE); /* stale bytes must never be mistaken for records */
+    memset(r->shared->data, 0xa5, RING_SIZE); /* stale bytes must never be mistaken for records */
     *state = r;
     return 0;
 }
 
 static int teardown_ring(void **state)
 {
-    free(*state);
+    struct shm_ring_view *r = *state;
+
+    free(r->shared);
+    free(r);
     return 0;
 }
 
 /* Peek one record, compare it with want, pop it. */
-static void expect_record(struct shm_ring *r, const void *want, uint32_t want_len)
+static void expect_record(struct shm_ring_view *r, const void *want, uint32_t want_len)
 {
     const void *msg;
     uint32_t len;
@@ -61,23 +65,24 @@ static void expect_record(struct shm_ring *r, const void *want, uint32_t want_le
 static void test_shm_ring_init_rejects_bad_sizes(void **state)
 {
     (void)state;
+    struct shm_ring_view v, other;
     struct shm_ring *r = aligned_alloc(64, shm_ring_footprint(1024));
 
     assert_non_null(r);
-    assert_int_equal(shm_ring_init(r, 0), -EINVAL);
-    assert_int_equal(shm_ring_init(r, 32), -EINVAL);
-    assert_int_equal(shm_ring_init(r, 100), -EINVAL);
-    assert_int_equal(shm_ring_init(r, 1024), 0);
-    assert_int_equal(shm_ring_check(r, 1024), 0);
-    assert_int_equal(shm_ring_check(r, 512), -EPROTO);
+    assert_int_equal(shm_ring_init(&v, r, 0), -EINVAL);
+    assert_int_equal(shm_ring_init(&v, r, 32), -EINVAL);
+    assert_int_equal(shm_ring_init(&v, r, 100), -EINVAL);
+    assert_int_equal(shm_ring_init(&v, r, 1024), 0);
+    assert_int_equal(shm_ring_check(&other, r, 1024), 0);
+    assert_int_equal(shm_ring_check(&other, r, 512), -EPROTO);
     r->magic ^= 1;
-    assert_int_equal(shm_ring_check(r, 1024), -EPROTO);
+    assert_int_equal(shm_ring_check(&other, r, 1024), -EPROTO);
     free(r);
 }
 
 static void test_shm_ring_empty_peek_returns_eagain(void **state)
 {
-    struct shm_ring *r = *state;
+    struct shm_ring_view *r = *state;
     const void *msg;
     uint32_t len;
 
@@ -87,7 +92,7 @@ static void test_shm_ring_empty_peek_returns_eagain(void **state)
 
 static void test_shm_ring_push_peek_pop_keeps_order(void **state)
 {
-    struct shm_ring *r = *state;
+    struct shm_ring_view *r = *state;
 
     assert_int_equal(shm_ring_push(r, "hello", 5), 0);
     assert_int_equal(shm_ring_push(r, "kiln!!!!x", 9), 0);
@@ -99,7 +104,7 @@ static void test_shm_ring_push_peek_pop_keeps_order(void **state)
 
 static void test_shm_ring_full_returns_eagain(void **state)
 {
-    struct shm_ring *r = *state;
+    struct shm_ring_view *r = *state;
     int n = 0;
 
     while (shm_ring_push(r, "x", 1) == 0)
@@ -112,7 +117,7 @@ static void test_shm_ring_full_returns_eagain(void **state)
 
 static void test_shm_ring_wrap_leaves_pad_marker(void **state)
 {
-    struct shm_ring *r = *state;
+    struct shm_ring_view *r = *state;
     unsigned char a[100], b[100], c[100];
     uint32_t word;
 
@@ -125,23 +130,23 @@ static void test_shm_ring_wrap_leaves_pad_marker(void **state)
     assert_int_equal(shm_ring_push(r, c, 100), -EAGAIN); /* needs 32 (pad) + 112 */
     expect_record(r, a, 100);
     assert_int_equal(shm_ring_push(r, c, 100), 0);
-    memcpy(&word, r->data + 224, sizeof(word));
+    memcpy(&word, r->shared->data + 224, sizeof(word));
     assert_int_equal(word, PAD);
     expect_record(r, b, 100);
     /* The payload after the PAD starts at offset 0 and is contiguous. */
     const void *msg;
     uint32_t len;
     assert_int_equal(shm_ring_peek(r, &msg, &len), 0);
-    assert_ptr_equal(msg, r->data + 8);
+    assert_ptr_equal(msg, r->shared->data + 8);
     expect_record(r, c, 100);
     assert_true(shm_ring_empty(r));
-    assert_int_equal(atomic_load(&r->head), 256 + 112);
-    assert_int_equal(atomic_load(&r->tail), 256 + 112);
+    assert_int_equal(atomic_load(&r->shared->head), 256 + 112);
+    assert_int_equal(atomic_load(&r->shared->tail), 256 + 112);
 }
 
 static void test_shm_ring_wraps_many_laps_with_varied_sizes(void **state)
 {
-    struct shm_ring *r = *state;
+    struct shm_ring_view *r = *state;
     unsigned char buf[120];
     uint32_t next_in = 0, next_out = 0;
 
@@ -170,7 +175,7 @@ static void test_shm_ring_wraps_many_laps_with_varied_sizes(void **state)
 
 static void test_shm_ring_largest_record_fits_at_every_offset(void **state)
 {
-    struct shm_ring *r = *state;
+    struct shm_ring_view *r = *state;
     uint32_t max = shm_ring_max_record(r);
     unsigned char big[RING_SIZE];
 
@@ -180,8 +185,8 @@ static void test_shm_ring_largest_record_fits_at_every_offset(void **state)
     assert_int_equal(shm_ring_push(r, big, UINT32_MAX), -EMSGSIZE);
     for (uint32_t start = 0; start < RING_SIZE; start += 8) {
         /* Move the (empty) ring's indices to `start` with a zero-length record... */
-        while ((atomic_load(&r->head) & (RING_SIZE - 1)) != start) {
-            uint64_t gap = (start - (atomic_load(&r->head) & (RING_SIZE - 1))) & (RING_SIZE - 1);
+        while ((atomic_load(&r->shared->head) & (RING_SIZE - 1)) != start) {
+            uint64_t gap = (start - (atomic_load(&r->shared->head) & (RING_SIZE - 1))) & (RING_SIZE - 1);
             uint32_t len = gap >= 16 ? 8 : 0; /* records of 16 or 8 bytes */
             assert_int_equal(shm_ring_push(r, big, len), 0);
             expect_record(r, big, len);
@@ -195,64 +200,64 @@ static void test_shm_ring_largest_record_fits_at_every_offset(void **state)
 
 static void test_shm_ring_zero_length_record(void **state)
 {
-    struct shm_ring *r = *state;
+    struct shm_ring_view *r = *state;
 
     assert_int_equal(shm_ring_push(r, NULL, 0), 0);
     assert_int_equal(shm_ring_push(r, "z", 1), 0);
     expect_record(r, NULL, 0);
     expect_record(r, "z", 1);
     assert_true(shm_ring_empty(r));
-    assert_int_equal(atomic_load(&r->tail), 8 + 16);
+    assert_int_equal(atomic_load(&r->shared->tail), 8 + 16);
 }
 
 static void test_shm_ring_corrupt_length_returns_eproto(void **state)
 {
-    struct shm_ring *r = *state;
+    struct shm_ring_view *r = *state;
     const void *msg;
     uint32_t len, bad;
 
     assert_int_equal(shm_ring_push(r, "abcdefgh", 8), 0);
     /* A length larger than what head covers. */
     bad = 1000;
-    memcpy(r->data, &bad, sizeof(bad));
+    memcpy(r->shared->data, &bad, sizeof(bad));
     assert_int_equal(shm_ring_peek(r, &msg, &len), -EPROTO);
     /* The largest u32 that is not PAD, and a length past the ring's own size. */
     bad = 0xfffffffeu;
-    memcpy(r->data, &bad, sizeof(bad));
+    memcpy(r->shared->data, &bad, sizeof(bad));
     assert_int_equal(shm_ring_peek(r, &msg, &len), -EPROTO);
     /* Pop after a corrupt header leaves the record where it is. */
     shm_ring_pop(r);
-    assert_int_equal(atomic_load(&r->tail), 0);
+    assert_int_equal(atomic_load(&r->shared->tail), 0);
     /* A PAD at offset 0 cannot be. */
     bad = PAD;
-    memcpy(r->data, &bad, sizeof(bad));
+    memcpy(r->shared->data, &bad, sizeof(bad));
     assert_int_equal(shm_ring_peek(r, &msg, &len), -EPROTO);
     /* Restored, the record reads again. */
     bad = 8;
-    memcpy(r->data, &bad, sizeof(bad));
+    memcpy(r->shared->data, &bad, sizeof(bad));
     expect_record(r, "abcdefgh", 8);
 }
 
 static void test_shm_ring_corrupt_head_returns_eproto(void **state)
 {
-    struct shm_ring *r = *state;
+    struct shm_ring_view *r = *state;
     const void *msg;
     uint32_t len, pad = PAD;
 
-    atomic_store(&r->head, 3); /* not a multiple of 8 */
+    atomic_store(&r->shared->head, 3); /* not a multiple of 8 */
     assert_int_equal(shm_ring_peek(r, &msg, &len), -EPROTO);
-    atomic_store(&r->head, RING_SIZE + 8); /* more than the ring holds */
+    atomic_store(&r->shared->head, RING_SIZE + 8); /* more than the ring holds */
     assert_int_equal(shm_ring_peek(r, &msg, &len), -EPROTO);
     /* A PAD at 240 whose 16 bytes head does not cover. */
-    atomic_store(&r->tail, 240);
-    atomic_store(&r->head, 248);
-    memcpy(r->data + 240, &pad, sizeof(pad));
+    atomic_store(&r->shared->tail, 240);
+    atomic_store(&r->shared->head, 248);
+    memcpy(r->shared->data + 240, &pad, sizeof(pad));
     assert_int_equal(shm_ring_peek(r, &msg, &len), -EPROTO);
 }
 
 static void test_shm_ring_reserve_commit_publishes_only_on_commit(void **state)
 {
-    struct shm_ring *r = *state;
+    struct shm_ring_view *r = *state;
     int err = 1;
     char *slot = shm_ring_reserve(r, 64, &err);
 
@@ -269,7 +274,7 @@ static void test_shm_ring_reserve_commit_publishes_only_on_commit(void **state)
 
 static void test_shm_ring_reserve_full_returns_eagain(void **state)
 {
-    struct shm_ring *r = *state;
+    struct shm_ring_view *r = *state;
     int err;
 
     assert_int_equal(shm_ring_push(r, zeros, 120), 0); /* 128 */
@@ -282,7 +287,7 @@ static void test_shm_ring_reserve_full_returns_eagain(void **state)
 
 static void test_shm_ring_reserve_across_wrap_commit_smaller(void **state)
 {
-    struct shm_ring *r = *state;
+    struct shm_ring_view *r = *state;
     int err;
 
     assert_int_equal(shm_ring_push(r, zeros, 100), 0); /* [0, 112) */
@@ -290,13 +295,62 @@ static void test_shm_ring_reserve_across_wrap_commit_smaller(void **state)
     expect_record(r, zeros, 100);
     /* 100 does not fit in the 32 bytes before the end: PAD, slot at 0... */
     char *slot = shm_ring_reserve(r, 100, &err);
-    assert_ptr_equal(slot, (char *)r->data + 8);
+    assert_ptr_equal(slot, (char *)r->shared->data + 8);
     /* ...and committing only 4 bytes (which would have fitted) still lands there. */
     memcpy(slot, "tiny", 4);
     shm_ring_commit(r, 4);
     shm_ring_pop(r);
     expect_record(r, "tiny", 4);
     assert_true(shm_ring_empty(r));
+}
+
+static void test_shm_ring_enlarged_shared_size_is_ignored(void **state)
+{
+    struct shm_ring_view *r = *state;
+    int err;
+
+    /* The peer rewrites size: the view's own stays, so nothing goes past the data area. */
+    r->shared->size = UINT64_C(1) << 32;
+    assert_int_equal(shm_ring_max_record(r), RING_SIZE / 2 - 8);
+    assert_int_equal(shm_ring_push(r, zeros, RING_SIZE), -EMSGSIZE);
+    assert_null(shm_ring_reserve(r, 100000, &err));
+    assert_int_equal(err, -EMSGSIZE);
+    for (int i = 0; i < 10; i++) { /* wraps with the real size */
+        assert_int_equal(shm_ring_push(r, zeros, 100), 0);
+        expect_record(r, zeros, 100);
+    }
+}
+
+static void test_shm_ring_commit_ignores_a_rewritten_header(void **state)
+{
+    struct shm_ring_view *r = *state;
+    uint32_t word = 0;
+    int err;
+    char *slot = shm_ring_reserve(r, 64, &err);
+
+    assert_non_null(slot);
+    memcpy(slot, "abcd", 4);
+    /* The consumer scribbles on the reserved slot's header (once a PAD, once a small len):
+     * commit uses what reserve kept, and asserts on nothing the peer wrote. */
+    memcpy(r->shared->data, &(uint32_t){PAD}, sizeof(word));
+    shm_ring_commit(r, 4);
+    expect_record(r, "abcd", 4);
+    slot = shm_ring_reserve(r, 64, &err);
+    assert_non_null(slot);
+    memcpy(r->shared->data + 16, &word, sizeof(word));
+    memcpy(slot, "efgh", 4);
+    shm_ring_commit(r, 4);
+    expect_record(r, "efgh", 4);
+}
+
+static void test_shm_ring_reserve_rejects_a_tail_past_head(void **state)
+{
+    struct shm_ring_view *r = *state;
+
+    atomic_store(&r->shared->tail, 64); /* ahead of head 0: head - tail wraps */
+    assert_int_equal(shm_ring_push(r, "x", 1), -EPROTO);
+    atomic_store(&r->shared->tail, 0);
+    assert_int_equal(shm_ring_push(r, "x", 1), 0);
 }
 
 /* ---- two processes, 10 million records ------------------------------------------------ */
@@ -332,7 +386,7 @@ static uint64_t xproc_mix(uint64_t h, const unsigned char *p, uint32_t len)
 
 /* The child: consume XPROC_RECORDS records plus a final checksum record. Exit codes: 0 ok,
  * 2 setup, 3 protocol error, 4 out of order or wrong bytes, 5 checksum mismatch. */
-static int xproc_consumer(struct shm_ring *r, int efd, struct xproc_stats *st)
+static int xproc_consumer(struct shm_ring_view *r, int efd, struct xproc_stats *st)
 {
     struct notify_waiter *w;
     uint64_t expect = 0, sum = 0xcbf29ce484222325u;
@@ -389,7 +443,7 @@ static void test_shm_ring_two_processes_ten_million_records(void **state)
     pid_t pid;
 
     assert_int_equal(shm_region_create(&reg, 4096, XPROC_RING), 0);
-    struct shm_ring *r = reg.to_front;
+    struct shm_ring_view *r = &reg.to_front;
     assert_true((efd = notify_eventfd()) >= 0);
     st = mmap(NULL, sizeof(*st), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     assert_true(st != MAP_FAILED);
@@ -415,7 +469,7 @@ static void test_shm_ring_two_processes_ten_million_records(void **state)
         /* Now and then wait until the consumer has gone to sleep, so that the sleep/wake
          * path is taken many times whatever the scheduler does. */
         if (seq % XPROC_PAUSE == 0 && seq > 0) {
-            while (atomic_load(&r->consumer_waiting) == 0 && !failed) {
+            while (atomic_load(&r->shared->consumer_waiting) == 0 && !failed) {
                 failed = hist_now_us() > deadline;
                 sched_yield();
             }
@@ -472,6 +526,9 @@ int main(void)
         RING_TEST(test_shm_ring_reserve_commit_publishes_only_on_commit),
         RING_TEST(test_shm_ring_reserve_full_returns_eagain),
         RING_TEST(test_shm_ring_reserve_across_wrap_commit_smaller),
+        RING_TEST(test_shm_ring_enlarged_shared_size_is_ignored),
+        RING_TEST(test_shm_ring_commit_ignores_a_rewritten_header),
+        RING_TEST(test_shm_ring_reserve_rejects_a_tail_past_head),
         cmocka_unit_test(test_shm_ring_two_processes_ten_million_records),
     };
     return cmocka_run_group_tests_name("shm_ring", tests, NULL, NULL);

@@ -25,7 +25,7 @@
 #define STRESS_DEADLINE (60 * UINT64_C(1000000)) /* us; a bug fails instead of hanging */
 
 struct stress {
-    struct shm_ring *r;
+    struct shm_ring_view *r;
     int efd;
     uint64_t n_records;
     uint64_t deadline_us;
@@ -155,9 +155,12 @@ static void run_stress(uint64_t n_records, uint32_t max_len, bool use_notify)
     struct stress s = {0};
     pthread_t prod, cons;
 
-    s.r = aligned_alloc(64, shm_ring_footprint(STRESS_RING));
-    assert_non_null(s.r);
-    assert_int_equal(shm_ring_init(s.r, STRESS_RING), 0);
+    struct shm_ring_view view;
+    struct shm_ring *shared = aligned_alloc(64, shm_ring_footprint(STRESS_RING));
+
+    assert_non_null(shared);
+    assert_int_equal(shm_ring_init(&view, shared, STRESS_RING), 0);
+    s.r = &view;
     s.efd = notify_eventfd();
     assert_true(s.efd >= 0);
     s.n_records = n_records;
@@ -177,7 +180,7 @@ static void run_stress(uint64_t n_records, uint32_t max_len, bool use_notify)
     if (use_notify)
         assert_true(s.sleeps > 0);
     close(s.efd);
-    free(s.r);
+    free(shared);
 }
 
 static void test_shm_ring_threads_small_records_in_order(void **state)

@@ -4,6 +4,7 @@
 #include "loop.h"
 
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -17,7 +18,8 @@
 #include "sampler.h"
 
 #define LOOP_OUT_BUF      8192 /* the largest record we send: a TOKEN with 20 alternatives */
-#define LOOP_ROOM_WAIT_MS 1    /* one bounded wait for room in a full to_front ring */
+#define LOOP_ROOM_WAIT_MS 100  /* the longest sleep for room in a full to_front ring (the
+                                  * front wakes us sooner; this keeps heartbeat and stop live) */
 
 /* A job received from the front, not yet admitted */
 struct loop_job {
@@ -83,12 +85,19 @@ static void publish_counts(struct loop *l)
     atomic_store_explicit(&l->hdr->waiting, l->q_len, memory_order_relaxed);
 }
 
-/* Sleep on wake_fd for at most ms: through the io_uring waiter, or poll() without one */
+/* Sleep on wake_fd for at most ms: through the io_uring waiter, or poll() without one. A
+ * waiter error recurs (a submit that fails, a read completing with -EBADF), so calling it
+ * again would return at once and spin: drop the waiter for good and poll() from then on. */
 static void wait_wake(struct loop *l, int ms)
 {
     if (l->waiter) {
-        (void)notify_waiter_wait(l->waiter, ms); /* woken, timed out or interrupted: re-check */
-        return;
+        int rc = notify_waiter_wait(l->waiter, ms);
+
+        if (rc >= 0)
+            return; /* woken, timed out or interrupted: the caller re-checks */
+        log_warn("the io_uring wait failed (%s): sleeping in poll() from now on", strerror(-rc));
+        notify_waiter_destroy(l->waiter);
+        l->waiter = NULL;
     }
     struct pollfd p = {.fd = l->wake_fd, .events = POLLIN};
 
@@ -105,13 +114,14 @@ static void flush(struct loop *l)
     if (!l->unflushed)
         return;
     l->unflushed = 0;
-    if ((rc = notify_wake(l->reg->to_front, l->notify_fd)) < 0)
+    if ((rc = notify_wake(&l->reg->to_front, l->notify_fd)) < 0)
         log_warn("waking the front: %s", strerror(-rc));
 }
 
 /* Push one record to the front. When the ring is full, the front is busy draining it into
- * its own buffers: wake it and wait in short bounded steps, the heartbeat moving. Returns 0,
- * or -ECANCELED when told to stop meanwhile (the record is lost with the worker). */
+ * its own buffers: say we wait for room (producer_waiting), wake it, and sleep on wake_fd
+ * until its next pop wakes us, in bounded steps with the heartbeat moving. Returns 0,
+ * -ECANCELED when told to stop meanwhile (the record is lost with the worker), or -errno. */
 static int send_msg(struct loop *l, const struct proto_msg *msg)
 {
     int len = proto_encode(msg, l->buf, LOOP_OUT_BUF), rc;
@@ -121,16 +131,24 @@ static int send_msg(struct loop *l, const struct proto_msg *msg)
                   (unsigned long long)msg->req_id, strerror(-len));
         return len;
     }
-    while ((rc = shm_ring_push(l->reg->to_front, l->buf, (uint32_t)len)) == -EAGAIN) {
+    while ((rc = shm_ring_push(&l->reg->to_front, l->buf, (uint32_t)len)) == -EAGAIN) {
         l->unflushed = 1;
         flush(l);
         if (l->stopping || *l->stop)
             return -ECANCELED;
         loop_heartbeat(l);
-        wait_wake(l, LOOP_ROOM_WAIT_MS);
+        /* Announce, then retry: a pop between our full push and the announcement would
+         * otherwise go unseen (notify.h's handshake). */
+        notify_prepare_wait_room(&l->reg->to_front);
+        rc = shm_ring_push(&l->reg->to_front, l->buf, (uint32_t)len);
+        if (rc == -EAGAIN)
+            wait_wake(l, LOOP_ROOM_WAIT_MS);
+        notify_end_wait_room(&l->reg->to_front);
+        if (rc != -EAGAIN)
+            break;
     }
     if (rc < 0) {
-        log_error("a record of %d bytes does not fit the ring: %s", len, strerror(-rc));
+        log_error("a record of %d bytes does not go into the ring: %s", len, strerror(-rc));
         return rc;
     }
     l->unflushed++;
@@ -173,11 +191,32 @@ static void seq_end(struct loop *l, struct loop_seq *s)
     publish_counts(l);
 }
 
-/* DESIGN step 6: sample the next token and send it; whether the sequence goes on */
+/* Whether a row of logits can be sampled: NaN or +inf (a broken model or kernel) makes the
+ * sampler's choice and its logprobs meaningless. -inf is a masked token, which is fine. */
+static bool logits_finite(const float *logits, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (isnan(logits[i]) || logits[i] == INFINITY)
+            return false;
+    return true;
+}
+
+#define LOOP_NONFINITE "the model produced non-finite logits"
+
+/* DESIGN step 6: sample the next token and send it; whether the sequence goes on. A token
+ * that cannot be sent ends the sequence with FAILED rather than go missing yet be counted. */
 static bool advance(struct loop *l, struct loop_seq *s, float *logits)
 {
-    uint32_t token = sampler_sample(s->sampler, logits, &l->out.u.token);
+    uint32_t token;
+    int rc;
 
+    if (!logits_finite(logits, l->m->n_vocab)) {
+        log_warn("request %llu: %s", (unsigned long long)s->req_id, LOOP_NONFINITE);
+        seq_end(l, s);
+        send_failed(l, s->req_id, LOOP_NONFINITE);
+        return false;
+    }
+    token = sampler_sample(s->sampler, logits, &l->out.u.token);
     if (!s->ignore_eos) {
         for (uint32_t i = 0; i < l->m->n_eos && i < 16; i++) {
             if (token == l->m->eos[i]) {
@@ -189,7 +228,12 @@ static bool advance(struct loop *l, struct loop_seq *s, float *logits)
     }
     l->out.type = MSG_TYPE_TOKEN;
     l->out.req_id = s->req_id;
-    (void)send_msg(l, &l->out);
+    if ((rc = send_msg(l, &l->out)) < 0) {
+        seq_end(l, s);
+        send_failed(l, s->req_id,
+                    rc == -EINVAL ? LOOP_NONFINITE : "the worker could not send a token");
+        return false;
+    }
     s->generated++;
     s->last = token;
     if (s->generated >= s->max_new_tokens) {
@@ -312,11 +356,11 @@ static int read_records(struct loop *l)
     uint32_t len;
     int rc;
 
-    while ((rc = shm_ring_peek(l->reg->to_worker, &rec, &len)) == 0) {
+    while ((rc = shm_ring_peek(&l->reg->to_worker, &rec, &len)) == 0) {
         /* Decoded from a private copy with a zone kept across records: the front cannot
          * change the bytes between the checks and the use, and nothing is allocated here. */
         rc = proto_decoder_decode(l->dec, rec, len, &l->in, l->prompt_in, WIRE_MAX_PROMPT);
-        shm_ring_pop(l->reg->to_worker); /* nothing in l->in points into the ring */
+        shm_ring_pop(&l->reg->to_worker); /* nothing in l->in points into the ring */
         if (rc < 0) {
             if ((rc = on_malformed(l, len)) < 0)
                 return rc;
@@ -365,9 +409,9 @@ static void drop_cancelled(struct loop *l)
 static void sleep_idle(struct loop *l)
 {
     flush(l);
-    if (notify_prepare_sleep(l->reg->to_worker)) {
+    if (notify_prepare_sleep(&l->reg->to_worker)) {
         wait_wake(l, l->idle_ms);
-        notify_end_sleep(l->reg->to_worker);
+        notify_end_sleep(&l->reg->to_worker);
     }
 }
 
