@@ -109,94 +109,108 @@ static AI void row_i8(const void *w, int q4, const char *x, size_t xs, int n, in
         tile_i8(w, q4, x + s * xs, xs, nb, 1, y + s * ys, ys);
 }
 
-/* Two weight rows (Q8_0 or Q4_0) against S Q8_0 activations: each activation block is
- * loaded, offset to unsigned (x + 128, an xor) and its scale converted once for both rows,
- * and each weight block once for the S sequences. vpdpbusd then multiplies x + 128 by the
- * signed weights, starting from -128 * (sum of the weights of each group of four), so each
- * product sum is exactly tile_i8's, and so is every float operation after it: results match
- * tile_i8 bit for bit whatever rows and sequences share a tile. */
-static AI void tile2_i8(const void *w0, const void *w1, int q4, const char *x, size_t xs, int nb,
-                        const int S, float *y0, float *y1, size_t ys)
+/* R adjacent weight rows (Q8_0 or Q4_0, rb bytes apart) against S Q8_0 activations: each
+ * activation block is loaded, offset to unsigned (x + 128, an xor) and its scale converted
+ * once for the R rows, and each weight block once for the S sequences. vpdpbusd then
+ * multiplies x + 128 by the signed weights, starting from -128 * (sum of the weights of each
+ * group of four), so each product sum is exactly tile_i8's, and so is every float operation
+ * after it: results match tile_i8 bit for bit whatever rows and sequences share a tile. */
+static AI void tile_rows_i8(const char *w, size_t rb, const int R, int q4, const char *x,
+                            size_t xs, int nb, const int S, float *y, size_t ys)
 {
-    const void *wr[2] = {w0, w1};
     const __m512i off = _mm512_set1_epi8((char)0x80);
-    __m512 acc[2][4];
+    __m512 acc[4][4];
     int i = 0;
     _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        acc[0][k] = acc[1][k] = _mm512_setzero_ps();
+    for (int r = 0; r < R; r++) {
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++)
+            acc[r][k] = _mm512_setzero_ps();
+    }
     for (; i + 2 <= nb; i += 2) {
-        __m512i qw[2], neg[2];
-        __m512 dw[2];
-        _Pragma("GCC unroll 2")
-        for (int r = 0; r < 2; r++) {
-            const struct quant_block_q8_0 *w8 = wr[r];
-            const struct quant_block_q4_0 *w4 = wr[r];
-            if (q4) {
-                qw[r] = _mm512_inserti64x4(_mm512_castsi256_si512(q4_0_weights(w4 + i)),
-                                           q4_0_weights(w4 + i + 1), 1);
-                dw[r] = scales2(w4[i].d, w4[i + 1].d);
-            } else {
-                qw[r] = load2(w8[i].qs, w8[i + 1].qs);
-                dw[r] = scales2(w8[i].d, w8[i + 1].d);
-            }
-            neg[r] = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                      _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, qw[r]));
-        }
+        __m512i ux[4];
+        __m512 dx[4];
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)(x + k * xs) + i;
-            __m512i ux = _mm512_xor_si512(load2(b[0].qs, b[1].qs), off);
-            __m512 dx = scales2(b[0].d, b[1].d);
-            _Pragma("GCC unroll 2")
-            for (int r = 0; r < 2; r++) {
-                __m512i p = _mm512_dpbusd_epi32(neg[r], ux, qw[r]);
-                __m512 d = _mm512_mul_ps(dw[r], dx);
+            ux[k] = _mm512_xor_si512(load2(b[0].qs, b[1].qs), off);
+            dx[k] = scales2(b[0].d, b[1].d);
+        }
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < R; r++) {
+            const struct quant_block_q8_0 *w8 = (const void *)(w + r * rb);
+            const struct quant_block_q4_0 *w4 = (const void *)(w + r * rb);
+            __m512i qw;
+            __m512 dw;
+            if (q4) {
+                qw = _mm512_inserti64x4(_mm512_castsi256_si512(q4_0_weights(w4 + i)),
+                                        q4_0_weights(w4 + i + 1), 1);
+                dw = scales2(w4[i].d, w4[i + 1].d);
+            } else {
+                qw = load2(w8[i].qs, w8[i + 1].qs);
+                dw = scales2(w8[i].d, w8[i + 1].d);
+            }
+            __m512i neg = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                           _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, qw));
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < S; k++) {
+                __m512i p = _mm512_dpbusd_epi32(neg, ux[k], qw);
+                __m512 d = _mm512_mul_ps(dw, dx[k]);
                 acc[r][k] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc[r][k]);
             }
         }
     }
     if (i < nb) {
         const __m256i off8 = _mm256_set1_epi8((char)0x80);
-        __m256i qw[2], neg[2];
-        float dw[2];
-        _Pragma("GCC unroll 2")
-        for (int r = 0; r < 2; r++) {
-            const struct quant_block_q8_0 *w8 = wr[r];
-            const struct quant_block_q4_0 *w4 = wr[r];
-            qw[r] = q4 ? q4_0_weights(w4 + i) : _mm256_loadu_si256((const __m256i *)w8[i].qs);
-            dw[r] = _cvtsh_ss(q4 ? w4[i].d : w8[i].d);
-            neg[r] = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                      _mm256_dpbusd_epi32(_mm256_setzero_si256(), off8, qw[r]));
-        }
         _Pragma("GCC unroll 4")
-        for (int k = 0; k < S; k++) {
-            const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)(x + k * xs) + i;
-            __m256i ux = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b->qs), off8);
-            float dx = _cvtsh_ss(b->d);
-            _Pragma("GCC unroll 2")
-            for (int r = 0; r < 2; r++) {
-                __m256i p = _mm256_dpbusd_epi32(neg[r], ux, qw[r]);
-                __m256 v = _mm256_mul_ps(_mm256_set1_ps(dw[r] * dx), _mm256_cvtepi32_ps(p));
+        for (int r = 0; r < R; r++) {
+            const struct quant_block_q8_0 *w8 = (const void *)(w + r * rb);
+            const struct quant_block_q4_0 *w4 = (const void *)(w + r * rb);
+            __m256i qw = q4 ? q4_0_weights(w4 + i) : _mm256_loadu_si256((const __m256i *)w8[i].qs);
+            float dw = _cvtsh_ss(q4 ? w4[i].d : w8[i].d);
+            __m256i neg = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                           _mm256_dpbusd_epi32(_mm256_setzero_si256(), off8, qw));
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < S; k++) {
+                const struct quant_block_q8_0 *b =
+                    (const struct quant_block_q8_0 *)(x + k * xs) + i;
+                __m256i ux = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b->qs), off8);
+                __m256i p = _mm256_dpbusd_epi32(neg, ux, qw);
+                __m256 v = _mm256_mul_ps(_mm256_set1_ps(dw * _cvtsh_ss(b->d)),
+                                         _mm256_cvtepi32_ps(p));
                 acc[r][k] = _mm512_add_ps(acc[r][k], _mm512_zextps256_ps512(v));
             }
         }
     }
     _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++) {
-        y0[k * ys] = hsum16(acc[0][k]);
-        y1[k * ys] = hsum16(acc[1][k]);
+    for (int r = 0; r < R; r++) {
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++)
+            y[k * ys + r] = hsum16(acc[r][k]);
     }
 }
 
-static AI void row2_i8(const void *w0, const void *w1, int q4, const char *x, size_t xs, int n,
-                       int ns, float *y0, float *y1, size_t ys)
+/* Rows [0, R) of a tile against ns sequences, four at a time. */
+static AI void rows_i8(const char *w, size_t rb, const int R, int q4, const char *x, size_t xs,
+                       int n, int ns, float *y, size_t ys)
 {
     int s = 0, nb = n / QUANT_QK;
     for (; s + 4 <= ns; s += 4)
-        tile2_i8(w0, w1, q4, x + s * xs, xs, nb, 4, y0 + s * ys, y1 + s * ys, ys);
+        tile_rows_i8(w, rb, R, q4, x + s * xs, xs, nb, 4, y + s * ys, ys);
     for (; s < ns; s++)
-        tile2_i8(w0, w1, q4, x + s * xs, xs, nb, 1, y0 + s * ys, y1 + s * ys, ys);
+        tile_rows_i8(w, rb, R, q4, x + s * xs, xs, nb, 1, y + s * ys, ys);
+}
+
+static void rows4_i8(const char *w, size_t rb, int q4, const char *x, size_t xs, int n, int ns,
+                     float *y, size_t ys)
+{
+    rows_i8(w, rb, 4, q4, x, xs, n, ns, y, ys);
+}
+
+static void rows2_i8(const char *w, size_t rb, int q4, const char *x, size_t xs, int n, int ns,
+                     float *y, size_t ys)
+{
+    rows_i8(w, rb, 2, q4, x, xs, n, ns, y, ys);
 }
 
 /* Sub-block scales and mins of a Q4_K block as 8 int16 each (quant.h's packing). */
@@ -348,15 +362,16 @@ static void avx512_matmul(const struct kern_mat *W, const struct kern_act *X, in
         int ns = n_seq - s0 < chunk ? n_seq - s0 : chunk;
         const char *xs0 = xd + (size_t)s0 * X->stride;
         int r = row_begin;
-        /* Q8_0/Q4_0 with several sequences: rows in pairs (one weight row alone is memory
-         * bound, and tile_i8 gives the same bits) */
+        /* Q8_0/Q4_0 with several sequences: rows four or two at a time (one weight row alone
+         * is memory bound, and tile_i8 gives the same bits) */
         if ((t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0) && ns > 1) {
-            for (; r + 2 <= row_end; r += 2) {
-                const char *row = wd + (size_t)r * W->row_bytes;
-                float *y = Y + (size_t)s0 * y_stride + r;
-                row2_i8(row, row + W->row_bytes, t == GGML_TYPE_Q4_0, xs0, X->stride, X->n, ns,
-                        y, y + 1, (size_t)y_stride);
-            }
+            int q4 = t == GGML_TYPE_Q4_0;
+            for (; r + 4 <= row_end; r += 4)
+                rows4_i8(wd + (size_t)r * W->row_bytes, W->row_bytes, q4, xs0, X->stride, X->n,
+                         ns, Y + (size_t)s0 * y_stride + r, (size_t)y_stride);
+            for (; r + 2 <= row_end; r += 2)
+                rows2_i8(wd + (size_t)r * W->row_bytes, W->row_bytes, q4, xs0, X->stride, X->n,
+                         ns, Y + (size_t)s0 * y_stride + r, (size_t)y_stride);
         }
         for (; r < row_end; r++) {
             const void *row = wd + (size_t)r * W->row_bytes;
