@@ -18,6 +18,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hist.h"
+
+/* Milliseconds on hist_now_us()'s monotonic clock. */
+#define ms_now() ((long long)(hist_now_us() / 1000))
+
 #define OUTPUT_MAX (1u << 20)
 
 /* The drain thread appends to out under lock; the test thread reads copies of it. */
@@ -35,13 +40,6 @@ struct kiln_proc {
     size_t out_len;
     char *snapshot;
 };
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Append under lock, keeping the last OUTPUT_MAX bytes. */
 static void output_append(struct kiln_proc *p, const char *buf, size_t n)
@@ -144,7 +142,7 @@ static int reap(struct kiln_proc *p, int options)
 
 struct kiln_proc *kiln_spawn(const char *const *argv, int timeout_ms)
 {
-    int pipefd[2] = {-1, -1};
+    int pipefd[2] = {-1, -1}, devnull = -1;
     struct kiln_proc *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
@@ -158,6 +156,10 @@ struct kiln_proc *kiln_spawn(const char *const *argv, int timeout_ms)
     if (pipe2(pipefd, O_CLOEXEC) < 0)
         goto fail;
 
+    /* Everything the child needs is prepared here: after fork, while the test's threads
+     * may hold locks (stdio, malloc), the child only makes async-signal-safe calls. */
+    if ((devnull = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
+        goto fail;
     pid_t parent = getpid();
     p->pid = fork();
     if (p->pid < 0)
@@ -168,15 +170,21 @@ struct kiln_proc *kiln_spawn(const char *const *argv, int timeout_ms)
         (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
             _exit(127);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0)
-            (void)dup2(devnull, 0);
+        (void)dup2(devnull, 0);
         (void)dup2(pipefd[1], 1);
         (void)dup2(pipefd[1], 2);
         execv(argv[0], (char *const *)argv);
-        dprintf(2, "harness: exec %s: %s\n", argv[0], strerror(errno));
+        static const char msg[] = "harness: exec failed: ";
+        (void)!write(2, msg, sizeof msg - 1);
+        (void)!write(2, argv[0], strlen(argv[0]));
+        (void)!write(2, "\n", 1);
         _exit(127);
     }
+    /* The parent sets the group too: a kiln_stop() that runs before the child does must
+     * still reach the group (the loser of the race gets EACCES or EPERM, harmlessly). */
+    (void)setpgid(p->pid, p->pid);
+    (void)close(devnull);
+    devnull = -1;
     (void)close(pipefd[1]);
     pipefd[1] = -1;
     p->fd = pipefd[0];
@@ -185,12 +193,12 @@ struct kiln_proc *kiln_spawn(const char *const *argv, int timeout_ms)
         goto fail;
     p->thread_running = true;
 
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = ms_now() + timeout_ms;
     for (;;) {
         p->port = output_find_port(p);
         if (p->port > 0)
             return p;
-        if (reap(p, WNOHANG) != 0 || now_ms() >= deadline)
+        if (reap(p, WNOHANG) != 0 || ms_now() >= deadline)
             break;
         (void)poll(NULL, 0, 10);
     }
@@ -201,6 +209,8 @@ struct kiln_proc *kiln_spawn(const char *const *argv, int timeout_ms)
 
 fail:
     fprintf(stderr, "harness: cannot start %s: %s\n", argv[0], strerror(errno));
+    if (devnull >= 0)
+        (void)close(devnull);
     if (pipefd[1] >= 0)
         (void)close(pipefd[1]);
     if (p->fd < 0 && pipefd[0] >= 0)
@@ -251,14 +261,14 @@ int kiln_kill(struct kiln_proc *p, int sig)
 
 int kiln_wait_exit(struct kiln_proc *p, int timeout_ms)
 {
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = ms_now() + timeout_ms;
     for (;;) {
         int r = reap(p, WNOHANG);
         if (r < 0)
             return r;
         if (r > 0)
             return p->status;
-        if (now_ms() >= deadline)
+        if (ms_now() >= deadline)
             return -ETIMEDOUT;
         (void)poll(NULL, 0, 5);
     }
@@ -323,8 +333,8 @@ bool kiln_output_contains(struct kiln_proc *p, const char *needle)
 
 bool wait_until(bool (*cond)(void *), void *arg, int timeout_ms)
 {
-    long long deadline = now_ms() + timeout_ms;
-    while (now_ms() < deadline) {
+    long long deadline = ms_now() + timeout_ms;
+    while (ms_now() < deadline) {
         if (cond(arg))
             return true;
         (void)poll(NULL, 0, 5);

@@ -17,6 +17,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hist.h"
+
+/* Milliseconds on hist_now_us()'s monotonic clock. */
+#define ms_now() ((long long)(hist_now_us() / 1000))
+
 struct dbuf {
     char *p;
     size_t len, cap;
@@ -39,13 +44,6 @@ struct http_stream {
     size_t body_off;
     struct dbuf ev_data, ev_name;
 };
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int dbuf_reserve(struct dbuf *b, size_t extra)
 {
@@ -131,7 +129,7 @@ static int raw_fill(struct http_stream *s, long long deadline)
     if (dbuf_reserve(&s->raw, 16384))
         return -ENOMEM;
     for (;;) {
-        long long left = deadline - now_ms();
+        long long left = deadline - ms_now();
         if (left <= 0)
             return -ETIMEDOUT;
         struct pollfd pfd = {.fd = s->fd, .events = POLLIN};
@@ -439,7 +437,7 @@ static int stream_finish(struct http_stream *s, long long deadline, struct http_
 
 int http_raw_read_response(int fd, struct http_response *resp, int timeout_ms)
 {
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = ms_now() + timeout_ms;
     response_init(resp);
     struct http_stream *s = stream_new(fd);
     if (!s)
@@ -456,7 +454,7 @@ int http_request_ex(int port, const char *method, const char *path, const char *
                     const void *body, size_t body_len, int timeout_ms,
                     struct http_response *resp)
 {
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = ms_now() + timeout_ms;
     response_init(resp);
     int fd = http_raw_connect(port);
     if (fd < 0)
@@ -486,7 +484,7 @@ int http_stream_open(int port, const char *method, const char *path,
                      const char *const *headers, const char *body, int timeout_ms,
                      struct http_stream **out)
 {
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = ms_now() + timeout_ms;
     *out = NULL;
     int fd = http_raw_connect(port);
     if (fd < 0)
@@ -533,7 +531,7 @@ static int sse_line(struct http_stream *s, const char *line)
 
 int sse_next(struct http_stream *s, struct sse_event *ev, int timeout_ms)
 {
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = ms_now() + timeout_ms;
     bool have_data = false, have_event = false;
     s->ev_data.len = 0;
     s->ev_name.len = 0;
@@ -589,7 +587,7 @@ int sse_next(struct http_stream *s, struct sse_event *ev, int timeout_ms)
 
 int http_stream_read_rest(struct http_stream *s, char **body, size_t *len, int timeout_ms)
 {
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = ms_now() + timeout_ms;
     int r;
     *body = NULL;
     *len = 0;
@@ -617,7 +615,7 @@ void http_stream_close(struct http_stream *s)
 
 int http_raw_read_all(int fd, char **buf, size_t *len, int timeout_ms)
 {
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = ms_now() + timeout_ms;
     struct http_stream *s = stream_new(fd);
     int r;
     *buf = NULL;
