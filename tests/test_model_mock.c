@@ -230,6 +230,59 @@ static void test_model_mock_hold_waits_for_sigusr1(void **state)
     close(done[1]);
 }
 
+static volatile sig_atomic_t test_stop_flag;
+
+static void test_on_term(int sig)
+{
+    (void)sig;
+    test_stop_flag = 1;
+}
+
+/* The worker's SIGTERM ends a hold (the signal may come before or during it): the held
+ * prefill returns and the worker can leave its loop instead of waiting for a SIGUSR1. */
+static void test_model_mock_hold_ends_on_stop(void **state)
+{
+    int ready[2], done[2], st;
+    struct pollfd pfd;
+    pid_t pid;
+    char c;
+
+    (void)state;
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(done), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct model_mock_opts o = {.reply = "ok", .faults = true, .stop = &test_stop_flag};
+        struct sigaction sa = {.sa_handler = test_on_term};
+        char err[128], out[16];
+        struct model *m;
+        int n;
+
+        alarm(20);
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGTERM, &sa, NULL);
+        if (!(m = model_mock_create(&o, err, sizeof(err))))
+            _exit(5);
+        if (write(ready[1], "r", 1) != 1)
+            _exit(4);
+        n = run_greedy(m, "[[kiln:hold]]", out, sizeof(out));
+        if (write(done[1], "d", 1) != 1)
+            _exit(4);
+        _exit(n == 2 && test_stop_flag ? 0 : 3);
+    }
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    assert_int_equal(kill(pid, SIGTERM), 0);
+    pfd = (struct pollfd){.fd = done[0], .events = POLLIN};
+    assert_int_equal(poll(&pfd, 1, 10000), 1);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    close(ready[0]);
+    close(ready[1]);
+    close(done[0]);
+    close(done[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -240,6 +293,7 @@ int main(void)
         cmocka_unit_test(test_model_mock_context_is_bounded),
         cmocka_unit_test(test_model_mock_fatal_faults_with_the_flag),
         cmocka_unit_test(test_model_mock_hold_waits_for_sigusr1),
+        cmocka_unit_test(test_model_mock_hold_ends_on_stop),
     };
 
     return cmocka_run_group_tests_name("model_mock", tests, NULL, NULL);

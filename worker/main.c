@@ -142,6 +142,7 @@ static struct model *load_model(const struct worker_args *a)
             .max_context = (uint32_t)a->ctx,
             .max_sequences = (uint32_t)a->max_sequences,
             .faults = a->mock_faults != 0,
+            .stop = &worker_stop,
         };
 
         m = model_mock_create(&o, err, sizeof(err));

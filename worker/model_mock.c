@@ -50,6 +50,7 @@ struct model_mock {
     size_t reply_len;
     uint32_t delay_ms;
     int faults;
+    volatile sig_atomic_t *stop; /* the worker's, or NULL */
     struct mock_seq *seqs; /* (max_sequences) */
 };
 
@@ -70,20 +71,27 @@ static void mock_delay(struct model_mock *mm)
         ;
 }
 
-/* Block until SIGUSR1: the signal is blocked while we test the flag, and sigsuspend
- * unblocks it atomically, so a signal that comes in between is not lost. */
-static void mock_hold(void)
+/* Block until SIGUSR1 or until *stop is set. SIGUSR1, SIGTERM and SIGINT are blocked while
+ * we test the flags, and sigsuspend unblocks them atomically, so a signal that comes in
+ * between is not lost: a stop signal that came before the hold finds *stop already set. */
+static void mock_hold(volatile sig_atomic_t *stop)
 {
-    sigset_t usr1, old, wait_mask;
+    sigset_t gate, old, wait_mask;
 
-    sigemptyset(&usr1);
-    sigaddset(&usr1, SIGUSR1);
-    pthread_sigmask(SIG_BLOCK, &usr1, &old);
+    sigemptyset(&gate);
+    sigaddset(&gate, SIGUSR1);
+    sigaddset(&gate, SIGTERM);
+    sigaddset(&gate, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &gate, &old);
     wait_mask = old;
     sigdelset(&wait_mask, SIGUSR1);
-    while (!mock_usr1_seen)
+    sigdelset(&wait_mask, SIGTERM);
+    sigdelset(&wait_mask, SIGINT);
+    while (!mock_usr1_seen && !(stop && *stop))
         sigsuspend(&wait_mask);
-    mock_usr1_seen = 0;
+    /* a stop leaves the flag alone: a SIGUSR1 that came too still releases the next hold */
+    if (mock_usr1_seen && !(stop && *stop))
+        mock_usr1_seen = 0;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
@@ -149,7 +157,7 @@ static int mock_prefill(struct model *m, int slot, const uint32_t *prompt, uint3
         raise(SIGSEGV);
     }
     if (s->faults & MOCK_FAULT_HOLD)
-        mock_hold();
+        mock_hold(mm->stop);
     if (m->heartbeat)
         m->heartbeat(m->heartbeat_ctx);
     mock_delay(mm);
@@ -258,6 +266,7 @@ struct model *model_mock_create(const struct model_mock_opts *o, char *err, size
     mm->base.eos[0] = TOKENIZER_BYTES_EOS;
     mm->delay_ms = o->delay_ms;
     mm->faults = o->faults;
+    mm->stop = o->stop;
     mm->reply = strdup(reply);
     mm->reply_len = strlen(reply);
     mm->seqs = calloc(mm->base.max_sequences, sizeof(*mm->seqs));

@@ -5,6 +5,7 @@
 #ifndef MODEL_MOCK_H
 #define MODEL_MOCK_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,13 +20,18 @@
  *   [[kiln:hang]]   decode sleeps forever (the heartbeat stops)
  *   [[kiln:error]]  decode fails that one sequence with "injected fault"
  *   [[kiln:hold]]   prefill blocks until the process receives SIGUSR1 (one SIGUSR1 releases
- *                   one hold; one sent early stays pending and releases the next hold) */
+ *                   one hold; one sent early stays pending and releases the next hold), or
+ *                   until *stop is set (a SIGTERM or SIGINT handler sets it), so a held
+ *                   worker still stops when told to */
 struct model_mock_opts {
     const char *reply;      /* NULL: MODEL_MOCK_DEFAULT_REPLY; copied */
     uint32_t delay_ms;      /* simulated compute per prefill and per decode step */
     uint32_t max_context;   /* 0: 4096 */
     uint32_t max_sequences; /* 0: 1 */
     bool faults;
+    /* The worker's stop flag, set by its SIGTERM/SIGINT handler; NULL: only SIGUSR1 ends a
+     * hold. Must outlive the model. */
+    volatile sig_atomic_t *stop;
 };
 
 /* A mock model. With faults on it blocks SIGUSR1 in the calling thread and installs a
