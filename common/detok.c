@@ -8,9 +8,7 @@
 #include <string.h>
 
 #include "tokenizer.h"
-
-/* The longest piece we accept from the tokenizer. */
-#define DETOK_PIECE_MAX 1024
+#include "utf8.h"
 
 static const char replacement[3] = {(char)0xEF, (char)0xBF, (char)0xBD}; /* U+FFFD */
 
@@ -21,37 +19,10 @@ void detok_init(struct detok *d, const struct tokenizer *tok)
     d->first = true;
 }
 
-/* The number of continuation bytes after lead byte b and the range its first continuation
- * byte must be in (which rules out overlongs, surrogates and code points past U+10FFFF), or
- * -1 when b cannot start a character. */
-static int utf8_lead(unsigned char b, unsigned char *lo, unsigned char *hi)
-{
-    *lo = 0x80;
-    *hi = 0xBF;
-    if (b < 0x80)
-        return 0;
-    if (b >= 0xC2 && b <= 0xDF)
-        return 1;
-    if (b >= 0xE0 && b <= 0xEF) {
-        if (b == 0xE0)
-            *lo = 0xA0;
-        else if (b == 0xED)
-            *hi = 0x9F;
-        return 2;
-    }
-    if (b >= 0xF0 && b <= 0xF4) {
-        if (b == 0xF0)
-            *lo = 0x90;
-        else if (b == 0xF4)
-            *hi = 0x8F;
-        return 3;
-    }
-    return -1;
-}
-
 /* Decode in[0, n) into out (which holds at least 3 * n bytes). A valid but incomplete
  * character at the end is left undecoded unless final; its length goes to *tail. Returns the
- * bytes written. */
+ * bytes written. in may lie inside out at out + 2 * n or later: each byte consumed writes at
+ * most 3, so the output never reaches a byte not yet read (hence memmove). */
 static size_t utf8_sanitize(const unsigned char *in, size_t n, bool final, char *out,
                             size_t *tail)
 {
@@ -76,7 +47,7 @@ static size_t utf8_sanitize(const unsigned char *in, size_t n, bool final, char 
             k++;
         }
         if (k == need + 1) {
-            memcpy(out + o, in + i, (size_t)k);
+            memmove(out + o, in + i, (size_t)k);
             o += (size_t)k;
         } else if (i + (size_t)k == n && !final) {
             *tail = (size_t)k; /* may still be completed by the next token */
@@ -91,49 +62,49 @@ static size_t utf8_sanitize(const unsigned char *in, size_t n, bool final, char 
     return o;
 }
 
-/* Decode pending+piece, keep the new incomplete tail, apply the leading-space rule, copy to
- * out. State changes only when the result fits. */
-static int detok_emit(struct detok *d, const char *piece, size_t len, bool final, char *out,
-                      size_t cap)
+/* Decode pending+in[0, n) (in lies at the end of out, see detok_push), keep the new
+ * incomplete tail, apply the leading-space rule. Returns the bytes written to out. */
+static int detok_emit(struct detok *d, unsigned char *in, size_t n, bool final, char *out)
 {
-    unsigned char in[sizeof d->pending + DETOK_PIECE_MAX];
-    char dec[3 * sizeof in];
-    size_t n = d->n_pending, tail;
-    memcpy(in, d->pending, n);
-    memcpy(in + n, piece, len);
-    n += len;
-    size_t o = utf8_sanitize(in, n, final, dec, &tail);
-    const char *start = dec;
-    bool first = d->first;
-    if (first && o > 0) {
-        /* SentencePiece puts a space before the first word; decoding drops it once. */
-        if (dec[0] == ' ' && d->tok && tokenizer_strips_leading_space(d->tok)) {
-            start++;
-            o--;
-        }
-        first = false;
-    }
-    if (o > cap)
-        return -ENOSPC;
-    memcpy(out, start, o);
-    memcpy(d->pending, in + n - tail, tail);
+    size_t tail;
+    /* the pending bytes go just before the piece, so the input is one run */
+    in -= d->n_pending;
+    memcpy(in, d->pending, d->n_pending);
+    n += d->n_pending;
+    size_t o = utf8_sanitize(in, n, final, out, &tail);
+    memcpy(d->pending, in + n - tail, tail); /* not yet overwritten: o <= 3 * (n - tail) */
     d->n_pending = (uint32_t)tail;
-    d->first = first;
+    if (d->first && o > 0) {
+        /* SentencePiece puts a space before the first word; decoding drops it once. */
+        if (out[0] == ' ' && d->tok && tokenizer_strips_leading_space(d->tok))
+            memmove(out, out + 1, --o);
+        d->first = false;
+    }
     return (int)o;
+}
+
+size_t detok_out_max(const struct tokenizer *tok)
+{
+    return 3 * (tokenizer_piece_max(tok) + sizeof ((struct detok *)0)->pending);
 }
 
 int detok_push(struct detok *d, uint32_t id, char *out, size_t cap)
 {
-    char piece[DETOK_PIECE_MAX];
-    int len = tokenizer_piece(d->tok, id, false, piece, sizeof piece);
+    /* The piece is written at the end of out and decoded forward into it, so a piece of any
+     * length needs no buffer of ours: first ask its length. */
+    int len = tokenizer_piece(d->tok, id, false, out, 0);
     if (len < 0)
         return len;
-    if ((size_t)len > sizeof piece)
-        return -EOVERFLOW;
-    return detok_emit(d, piece, (size_t)len, false, out, cap);
+    if (3 * ((size_t)len + d->n_pending) > cap)
+        return -ENOSPC;
+    unsigned char *in = (unsigned char *)out + cap - (size_t)len;
+    (void)tokenizer_piece(d->tok, id, false, (char *)in, (size_t)len);
+    return detok_emit(d, in, (size_t)len, false, out);
 }
 
 int detok_flush(struct detok *d, char *out, size_t cap)
 {
-    return detok_emit(d, "", 0, true, out, cap);
+    if (3 * (size_t)d->n_pending > cap)
+        return -ENOSPC;
+    return detok_emit(d, (unsigned char *)out + cap, 0, true, out);
 }

@@ -455,6 +455,13 @@ int tokenizer_piece(const struct tokenizer *t, uint32_t id, bool render_special,
     return (int)tok_bpe_decode_text(s, len, buf, cap);
 }
 
+size_t tokenizer_piece_max(const struct tokenizer *t)
+{
+    /* a piece is never longer than its text (U+2581 and byte-level characters shrink), or
+     * than "<eos>" and U+2585 */
+    return t->max_token_len > 8 ? t->max_token_len : 8;
+}
+
 bool tokenizer_strips_leading_space(const struct tokenizer *t)
 {
     return t->kind == TOKENIZER_KIND_SPM && t->add_space_prefix;

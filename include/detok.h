@@ -19,10 +19,14 @@ struct detok {
 
 void detok_init(struct detok *d, const struct tokenizer *tok);
 
-/* Feed one token and append the complete characters it finishes to out. Returns the number of
- * bytes written (at most cap; a piece is at most a few hundred bytes, so 1024 always
- * suffices) or -EINVAL for an id out of range. */
+/* Feed one token and append the complete characters it finishes to out. out is also the
+ * scratch space the piece is decoded in: it must hold 3 * (piece length + pending bytes), and
+ * detok_out_max(tok) bytes always do. Returns the number of bytes written, -EINVAL for an id
+ * out of range, or -ENOSPC (state unchanged) when cap is short of that. */
 int detok_push(struct detok *d, uint32_t id, char *out, size_t cap);
+
+/* A cap for detok_push() and detok_flush() that suffices for every token of tok. */
+size_t detok_out_max(const struct tokenizer *tok);
 
 /* At the end of the sequence: what is still held (an invalid tail becomes U+FFFD). */
 int detok_flush(struct detok *d, char *out, size_t cap);

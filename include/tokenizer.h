@@ -63,6 +63,10 @@ long tokenizer_encode_masked(const struct tokenizer *t, const char *text, size_t
 int tokenizer_piece(const struct tokenizer *t, uint32_t id, bool render_special, char *buf,
                     size_t cap);
 
+/* The longest piece tokenizer_piece() can return, in bytes (GGUF allows user-defined tokens
+ * of any length). */
+size_t tokenizer_piece_max(const struct tokenizer *t);
+
 /* Whether decoding drops the space a SentencePiece tokenizer put before the first word. */
 bool tokenizer_strips_leading_space(const struct tokenizer *t);
 

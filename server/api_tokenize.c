@@ -206,8 +206,8 @@ void api_detokenize(struct front *f, struct evhttp_request *http)
     const struct tokenizer *tok = f->model.tok;
     uint32_t n_vocab = tokenizer_n_vocab(tok);
     struct tk_err e = {{0}, NULL};
-    char *text = NULL, delta[4096];
-    size_t used = 0, cap = 0, i;
+    char *text = NULL, *delta = NULL;
+    size_t used = 0, cap = 0, i, delta_cap = detok_out_max(tok);
     struct detok d;
     json_t *o, *v;
     int r;
@@ -220,6 +220,8 @@ void api_detokenize(struct front *f, struct evhttp_request *http)
         goto bad;
     }
     detok_init(&d, tok);
+    if (!(delta = malloc(delta_cap)))
+        goto oom;
     json_array_foreach(tokens, i, v) {
         json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
         if (!json_is_integer(v) || id < 0 || id >= (json_int_t)n_vocab) {
@@ -229,13 +231,14 @@ void api_detokenize(struct front *f, struct evhttp_request *http)
             e.param = "tokens";
             goto bad;
         }
-        if ((r = detok_push(&d, (uint32_t)id, delta, sizeof(delta))) < 0 ||
+        if ((r = detok_push(&d, (uint32_t)id, delta, delta_cap)) < 0 ||
             tk_append(&text, &used, &cap, delta, (size_t)r) < 0)
             goto oom;
     }
-    if ((r = detok_flush(&d, delta, sizeof(delta))) < 0 ||
+    if ((r = detok_flush(&d, delta, delta_cap)) < 0 ||
         tk_append(&text, &used, &cap, delta, (size_t)r) < 0)
         goto oom;
+    free(delta);
     json_decref(o);
     /* detok's output is well-formed UTF-8, so jansson takes it as it is */
     json_t *s = json_stringn(text ? text : "", used);
@@ -247,11 +250,13 @@ void api_detokenize(struct front *f, struct evhttp_request *http)
     tk_reply(http, json_pack("{s:o}", "content", s));
     return;
 bad:
+    free(delta);
     free(text);
     json_decref(o);
     api_send_error(http, 400, "invalid_request_error", e.msg, e.param, NULL);
     return;
 oom:
+    free(delta);
     free(text);
     json_decref(o);
     api_send_error(http, 500, "server_error", "out of memory", NULL, NULL);

@@ -11,11 +11,6 @@
 #include "detok.h"
 #include "tokenizer.h"
 
-/* detok writes at most 3 bytes per byte of a piece (U+FFFD for each bad byte) plus its
- * pending bytes; pieces are at most 1024 bytes. */
-#define RELAY_DETOK_MAX (3 * (1024 + 8))
-#define RELAY_TEXT_MAX  (RELAY_DETOK_MAX + 2 * STOP_HOLD_MAX)
-
 enum relay_state {
     RELAY_STATE_QUEUED,  /* no record yet */
     RELAY_STATE_RUNNING, /* STARTED came */
@@ -31,8 +26,12 @@ struct relay {
     struct stop stop;
     uint32_t n_pending;
     struct relay_token pending[RELAY_MAX_PENDING];
-    char piece[RELAY_DETOK_MAX];
-    char text[RELAY_TEXT_MAX];
+    /* sized for the tokenizer's longest piece (detok_out_max()); text adds what the stop
+     * strings may hold back */
+    char *piece;
+    size_t piece_cap;
+    char *text;
+    size_t text_cap;
     char error[WIRE_MAX_ERROR + 64];
 };
 
@@ -46,18 +45,27 @@ int relay_create(const struct tokenizer *tok, const char *const *stops, const si
         return -ENOMEM;
     detok_init(&r->detok, tok);
     stop_init(&r->stop);
+    r->piece_cap = detok_out_max(tok);
+    r->text_cap = r->piece_cap + 2 * STOP_HOLD_MAX;
+    err = -ENOMEM;
+    if (!(r->piece = malloc(r->piece_cap)) || !(r->text = malloc(r->text_cap)))
+        goto fail;
     for (size_t i = 0; i < n_stop; i++)
         if ((err = stop_add(&r->stop, stops[i], stop_len[i])) < 0)
             goto fail;
     *out = r;
     return 0;
 fail:
-    free(r);
+    relay_destroy(r);
     return err;
 }
 
 void relay_destroy(struct relay *r)
 {
+    if (!r)
+        return;
+    free(r->piece);
+    free(r->text);
     free(r);
 }
 
@@ -103,7 +111,7 @@ static void emit_error(struct relay *r, struct relay_out *out)
  * -errno; *matched says a stop string ended the reply. */
 static int relay_text(struct relay *r, size_t len, bool *matched)
 {
-    return stop_push(&r->stop, r->piece, len, r->text, sizeof r->text, matched);
+    return stop_push(&r->stop, r->piece, len, r->text, r->text_cap, matched);
 }
 
 static int relay_token(struct relay *r, const struct proto_token *t, struct relay_out *out)
@@ -118,7 +126,7 @@ static int relay_token(struct relay *r, const struct proto_token *t, struct rela
     rt->n_top = t->n_top <= WIRE_MAX_TOP_LOGPROBS ? t->n_top : WIRE_MAX_TOP_LOGPROBS;
     memcpy(rt->top, t->top, rt->n_top * sizeof rt->top[0]);
 
-    int n = detok_push(&r->detok, t->token, r->piece, sizeof r->piece);
+    int n = detok_push(&r->detok, t->token, r->piece, r->piece_cap);
     bool matched = false;
     if (n >= 0)
         n = relay_text(r, (size_t)n, &matched);
@@ -160,7 +168,7 @@ static int relay_done(struct relay *r, enum finish_reason reason, uint32_t compl
         return 0;
     /* Release what detok and the stop strings hold; the tail may still complete a stop. */
     bool matched = false;
-    int n = detok_flush(&r->detok, r->piece, sizeof r->piece);
+    int n = detok_flush(&r->detok, r->piece, r->piece_cap);
     if (n >= 0)
         n = relay_text(r, (size_t)n, &matched);
     if (n < 0)

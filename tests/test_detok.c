@@ -15,6 +15,7 @@
 
 #include "detok.h"
 #include "gguf.h"
+#include "lib/gguf_write.h"
 #include "tokenizer.h"
 
 #define FFFD "\xEF\xBF\xBD"
@@ -409,6 +410,60 @@ static void test_detok_spm_drops_only_the_first_leading_space(void **state)
     assert_memory_equal(out, "Hello world", 11);
 }
 
+/* GGUF allows user-defined tokens of any length: a 3000-byte one decodes whole, in one push,
+ * into a buffer of detok_out_max() (it used to fail with -EOVERFLOW past 1024 bytes). */
+static void test_detok_piece_longer_than_1024_bytes_decodes(void **state)
+{
+    enum { LONG_LEN = 3000 };
+    char *long_tok = malloc(LONG_LEN + 1), err[256];
+    assert_non_null(long_tok);
+    for (size_t i = 0; i < LONG_LEN; i += 3)
+        memcpy(long_tok + i, i % 2 ? "x\xC3\xA9" : "yz ", 3); /* ASCII and U+00E9 */
+    long_tok[LONG_LEN] = '\0';
+    const char *texts[] = {"<unk>", "<s>", "</s>", "a", long_tok};
+    int32_t types[] = {2, 3, 3, 1, 4}; /* unknown, control, control, normal, user-defined */
+    float scores[] = {0, 0, 0, -1, 0};
+    struct gguf_writer *w = gguf_writer_create(3);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    (void)state;
+    assert_non_null(w);
+    assert_int_equal(gguf_write_str(w, "tokenizer.ggml.model", "llama"), 0);
+    assert_int_equal(gguf_write_arr_str(w, "tokenizer.ggml.tokens", texts, 5), 0);
+    assert_int_equal(gguf_write_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, 5),
+                     0);
+    assert_int_equal(gguf_write_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, 5),
+                     0);
+    assert_int_equal(gguf_writer_finish(w, &buf, &len), 0);
+    struct gguf *g = gguf_open_mem(buf, len, err, sizeof(err));
+    if (!g)
+        fail_msg("GGUF rejected: %s", err);
+    struct tokenizer *t = tokenizer_create_gguf(g, err, sizeof(err));
+    if (!t)
+        fail_msg("tokenizer rejected: %s", err);
+    gguf_close(g);
+
+    size_t cap = detok_out_max(t);
+    assert_true(cap >= 3 * LONG_LEN);
+    char *out = malloc(cap);
+    assert_non_null(out);
+    struct detok d;
+    detok_init(&d, t);
+    assert_int_equal(detok_push(&d, 3, out, cap), 1); /* "a" */
+    assert_int_equal(detok_push(&d, 4, out, cap), LONG_LEN);
+    assert_memory_equal(out, long_tok, LONG_LEN);
+    assert_int_equal(detok_push(&d, 3, out, cap), 1);
+    assert_int_equal(detok_flush(&d, out, cap), 0);
+    /* a buffer too small says so instead of writing past it */
+    assert_int_equal(detok_push(&d, 4, out, 2 * LONG_LEN), -ENOSPC);
+
+    free(out);
+    tokenizer_destroy(t);
+    free(buf);
+    gguf_writer_destroy(w);
+    free(long_tok);
+}
+
 #define SEP "\n__ggml_vocab_test__\n"
 
 /* Every .inp text, encoded (with and without BOS) and decoded token by token, comes back. */
@@ -467,6 +522,7 @@ static void test_detok_gpt2_inp_texts_round_trip(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_detok_piece_longer_than_1024_bytes_decodes),
         cmocka_unit_test_setup_teardown(test_detok_every_prefix_matches_whole_decoding, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_detok_multibyte_reply_never_splits_a_character,
