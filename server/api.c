@@ -510,7 +510,7 @@ static void handle_metrics(struct front *f, struct evhttp_request *http)
     for (uint32_t i = 0; views && i < n; i++) {
         struct worker *w = workers_get(f->workers, i);
         views[i].id = w->id;
-        views[i].state = worker_life_name(worker_life_get(w));
+        views[i].state = supervisor_state_name(w);
         views[i].restarts = w->n_spawns ? w->n_spawns - 1 : 0;
         views[i].hdr = w->pid ? w->reg.hdr : NULL;
         running += w->used;

@@ -23,6 +23,7 @@
 #include "log.h"
 #include "queue.h"
 #include "relay.h"
+#include "supervisor.h"
 #include "workers.h"
 
 static void on_close(struct evhttp_connection *evcon, void *arg);
@@ -346,6 +347,18 @@ static void emit_finished(struct request *r, enum finish_reason reason, uint32_t
     request_end(lead);
 }
 
+/* While no worker can serve, a client should come back when the next one may: the time to
+ * the next restart attempt, in whole seconds rounded up (at least 1). */
+static void set_retry_after(struct evhttp_request *http, struct workers *ws)
+{
+    int64_t ms = supervisor_retry_after_ms(ws);
+    char v[24];
+    if (ms < 0)
+        return; /* none planned: api_send_error's default */
+    snprintf(v, sizeof(v), "%lld", (long long)(ms > 0 ? (ms + 999) / 1000 : 1));
+    evhttp_add_header(evhttp_request_get_output_headers(http), "Retry-After", v);
+}
+
 void request_fail(struct request *r, int status, const char *type, const char *message,
                   const char *param, const char *code)
 {
@@ -360,6 +373,8 @@ void request_fail(struct request *r, int status, const char *type, const char *m
             free(j);
             evhttp_send_reply_end(lead->http);
         } else {
+            if (status == 503 && code && strcmp(code, "no_worker") == 0)
+                set_retry_after(lead->http, r->f->workers);
             api_send_error(lead->http, status, type, message, param, code);
         }
         lead->http = NULL;

@@ -26,6 +26,7 @@
 #define WATCHDOG_MS 1000
 #define READ_MS     15000 /* the bound on each whole response */
 #define START_FAILURES 5  /* supervisor.h: deaths before READY until a worker is failed */
+#define RETRY_CAP_MS  10000 /* supervisor.h: a failed worker is tried again this often */
 
 static const char *const load_args[] = {
     "--model",         "mock", "--workers",     "2",         "--max-sequences", "8",
@@ -389,21 +390,36 @@ static void test_crash_model_that_fails_to_load_is_reported_not_looped(void **st
     json_decref(j);
     http_response_free(&r);
 
-    /* five attempts with 100, 200, 400, 800 ms between them, then failed for good */
+    /* five attempts with 100, 200, 400, 800 ms between them, then failed */
     assert_true(wait_until(worker_failed, &v, 6000));
     long long took = mono_ms() - t0;
     assert_int_equal(v.restarts, START_FAILURES - 1);
     assert_true(took >= 1400); /* not a hot loop: the backoff was waited out */
     assert_int_equal(v.status, 503);
     assert_non_null(strstr(v.last_error, "no tensors"));
-    /* and it stays so: no new attempt within half a second */
-    assert_false(wait_until(restarted_again, &v, 500));
     json_t *h = front_health(v.port);
     assert_string_equal(json_string_value(json_object_get(h, "status")), "unavailable");
     json_decref(h);
-    st = front_call(v.port, "POST", "/v1/completions", "{\"prompt\":\"a\"}", &j, NULL);
+    /* refused at once, told to come back at the next attempt (at most the 10 s cap) */
+    st = front_call(v.port, "POST", "/v1/completions", "{\"prompt\":\"a\"}", &j, &r);
     assert_int_equal(st, 503);
+    const char *ra = http_header_get(&r, "Retry-After");
+    assert_non_null(ra);
+    assert_true(atoi(ra) >= 1 && atoi(ra) <= RETRY_CAP_MS / 1000);
     json_decref(j);
+    http_response_free(&r);
+    /* failed is not for good: it is tried again, but only at the backoff cap. Count the
+     * spawns in a window: one more attempt, not before the cap, and none right after it. */
+    long long failed_at = mono_ms();
+    assert_false(wait_until(restarted_again, &v, 1000));
+    assert_true(wait_until(restarted_again, &v, RETRY_CAP_MS + 3000));
+    assert_true(mono_ms() - failed_at >= RETRY_CAP_MS - 1500 - 200);
+    assert_int_equal(v.restarts, START_FAILURES);
+    assert_false(wait_until(restarted_again, &v, 1000));
+    assert_int_equal(v.restarts, START_FAILURES);
+    /* and it still reads failed, with its error */
+    assert_true(wait_until(worker_failed, &v, 2000));
+    assert_non_null(strstr(v.last_error, "no tensors"));
     assert_int_equal(front_stop(p), 0);
 }
 
