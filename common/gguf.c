@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hash.h"
+
 #define GGUF_MAGIC             0x46554747u /* "GGUF" read little-endian */
 #define GGUF_DEFAULT_ALIGNMENT 32
 #define GGUF_MAX_ALIGNMENT     (1u << 20) /* a sane bound: real files use 32 or 64 */
@@ -341,10 +343,7 @@ static int rd_value(struct rd *r, struct gguf_kv *kv, const char *ctx)
 
 static uint64_t hash_bytes(const char *p, uint64_t n)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (uint64_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
-    return h;
+    return hash_fnv1a(p, (size_t)n);
 }
 
 static bool str_same(struct gguf_str a, struct gguf_str b)

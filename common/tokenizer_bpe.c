@@ -55,7 +55,7 @@ size_t tok_bpe_decode_text(const char *s, size_t len, char *buf, size_t cap)
     size_t n = 0;
     for (size_t i = 0; i < len;) {
         const unsigned char *u = (const unsigned char *)s + i;
-        size_t cl = tok_utf8_len(u, len - i);
+        size_t cl = utf8_char_len(u, len - i);
         int b = -1;
         if (cl == 1)
             b = cp_to_byte(u[0]);

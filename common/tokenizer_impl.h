@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "utf8.h" /* utf8_char_len(): 0 means the caller takes the byte alone */
+
 #define TOK_NONE UINT32_MAX
 
 /* token_type values of tokenizer.ggml.token_type (llama.cpp's numbering). */
@@ -102,9 +104,6 @@ static inline const char *tok_text(const struct tokenizer *t, uint32_t id, uint3
     return t->text_pool + t->text_off[id];
 }
 
-/* Length of the UTF-8 character at s (at most n bytes): 1..4 for a well-formed one, 0 for
- * an invalid or truncated sequence (the caller takes the byte alone). */
-size_t tok_utf8_len(const unsigned char *s, size_t n);
 
 /* Text map: build over the whole vocabulary (later ids win on equal texts, as llama.cpp). */
 int tok_text_map_build(struct tok_text_map *m, const struct tokenizer *t);

@@ -1,19 +1,17 @@
 /* The tokenizer's hash maps (token text -> id, merge pair -> rank), built once at load so no
- * encode step scans the vocabulary; and the UTF-8 length helper every part shares. */
+ * encode step scans the vocabulary. */
 #include "tokenizer_impl.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* FNV-1a: token texts are short, so a simple byte hash is enough. */
+#include "hash.h"
+
+/* FNV-1a, its high bits folded down: the table index takes the low bits. */
 static uint64_t hash_bytes(const char *s, size_t len)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 0x100000001b3ull;
-    }
+    uint64_t h = hash_fnv1a(s, len);
     return h ^ (h >> 29);
 }
 
@@ -33,38 +31,6 @@ static uint32_t table_size(size_t n)
     while (size < 2 * n)
         size *= 2;
     return size;
-}
-
-size_t tok_utf8_len(const unsigned char *s, size_t n)
-{
-    unsigned char c = s[0];
-    size_t len;
-    uint32_t min;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-        min = 0x80;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        min = 0x800;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (len > n)
-        return 0;
-    uint32_t cp = c & (0x7F >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return len;
 }
 
 int tok_text_map_build(struct tok_text_map *m, const struct tokenizer *t)

@@ -173,7 +173,7 @@ static int split_one(const pcre2_code *re, pcre2_match_data *md, pcre2_match_con
             return -ENOMEM; /* resource limits: the only failure on valid input */
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         if (ov[1] == ov[0]) { /* empty match: step over one character */
-            size_t cl = tok_utf8_len(subj + ov[0], len - ov[0]);
+            size_t cl = utf8_char_len(subj + ov[0], len - ov[0]);
             pos = ov[0] + (cl ? cl : 1);
             continue;
         }
@@ -224,7 +224,7 @@ int tok_pre_split(const struct tok_pre *p, const char *text, size_t len,
 
     size_t run = 0, i = 0;
     while (i < len) {
-        size_t cl = tok_utf8_len((const unsigned char *)text + i, len - i);
+        size_t cl = utf8_char_len((const unsigned char *)text + i, len - i);
         if (cl > 0) {
             i += cl;
             continue;

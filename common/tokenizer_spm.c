@@ -143,7 +143,7 @@ static int spm_word(const struct tokenizer *t, const char *buf, size_t n, struct
     int err;
     int32_t n_sym = 0;
     for (size_t i = 0; i < n; n_sym++) {
-        size_t cl = tok_utf8_len((const unsigned char *)buf + i, n - i);
+        size_t cl = utf8_char_len((const unsigned char *)buf + i, n - i);
         if (cl == 0)
             cl = 1; /* an invalid byte is a symbol of its own; it falls back to <0xNN> */
         sym[n_sym] = (struct spm_sym){

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hash.h"
+
 struct sampler {
     uint32_t n_vocab;
     struct proto_sampling p;
@@ -51,15 +53,6 @@ void sampler_destroy(struct sampler *s)
     free(s);
 }
 
-/* splitmix64 (Vigna): spreads a seed over xoshiro's state, never all zero in practice */
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static inline uint64_t rotl(uint64_t x, int k)
 {
@@ -99,7 +92,7 @@ void sampler_reset(struct sampler *s, const struct proto_sampling *p, const uint
         s->p.top_logprobs = WIRE_MAX_TOP_LOGPROBS;
     x = p->seed;
     for (int i = 0; i < 4; i++)
-        s->rng[i] = splitmix64(&x);
+        s->rng[i] = hash_splitmix64(&x);
     /* once per request, not per token */
     memset(s->counts, 0, (size_t)s->n_vocab * sizeof(*s->counts));
     memset(s->seen, 0, s->n_vocab);

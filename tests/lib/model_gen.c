@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "../../worker/quant.h"
+#include "hash.h"
 #include "gguf_write.h"
 
 struct gen_rng {
@@ -19,10 +20,7 @@ struct gen_rng {
 
 static uint64_t rng_next(struct gen_rng *r)
 {
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull); /* splitmix64 */
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return hash_splitmix64(&r->s);
 }
 
 /* About N(0, 1): four uniforms summed (Irwin-Hall), variance scaled to one. */
@@ -37,10 +35,7 @@ static float rng_normal(struct gen_rng *r)
 
 static uint64_t name_hash(const char *s)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
+    return hash_fnv1a(s, strlen(s));
 }
 
 int model_gen_preset(struct model_gen_opts *o, const char *name)
