@@ -1,7 +1,10 @@
 /* The worker's scheduler loop, in a thread over a real shared-memory region: the test plays
  * the front (JOB and CANCEL in, STARTED/TOKEN/DONE/FAILED out) and the model is the mock
  * wrapped in a recorder (a log of calls, a gate on the first prefill, a short decode_batch). */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -41,6 +44,7 @@ struct recorder {
     int n_log;
     bool gate_armed, gate_entered, gate_released;
     bool drop_a_result;
+    int nan_slot; /* decode_batch fills this slot's row of logits with NaN; -1: none */
 };
 
 static void deadline_in(struct timespec *ts, int ms)
@@ -102,6 +106,10 @@ static int rec_decode_batch(struct model *m, const int *slots, const uint32_t *t
     rec_log(r, 'D', n);
     pthread_mutex_unlock(&r->mu);
     got = model_decode_batch(r->inner, slots, tokens, n, logits, res);
+    for (int i = 0; i < got; i++)
+        if (slots[i] == r->nan_slot)
+            for (uint32_t k = 0; k < m->n_vocab; k++)
+                logits[(size_t)i * m->n_vocab + k] = NAN;
     return r->drop_a_result && got > 0 ? got - 1 : got;
 }
 
@@ -139,6 +147,7 @@ static struct recorder *recorder_create(const struct model_mock_opts *o)
     r->base = *r->inner;
     r->base.ops = &rec_ops;
     r->base.heartbeat = NULL;
+    r->nan_slot = -1;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     return r;
@@ -398,6 +407,82 @@ static void release_gate(struct recorder *r)
     pthread_mutex_unlock(&r->mu);
 }
 
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void pause_ms(int ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+/* Whether *v becomes non-zero within WAIT_MS (checked every millisecond) */
+static bool eventually_set(_Atomic uint32_t *v)
+{
+    for (int64_t end = now_ms() + WAIT_MS; now_ms() < end; pause_ms(1))
+        if (atomic_load(v))
+            return true;
+    return false;
+}
+
+/* Whether *v moves away from was within WAIT_MS (checked every millisecond) */
+static bool eventually_moves(_Atomic uint64_t *v, uint64_t was)
+{
+    for (int64_t end = now_ms() + WAIT_MS; now_ms() < end; pause_ms(1))
+        if (atomic_load(v) != was)
+            return true;
+    return false;
+}
+
+/* How far the loop's heartbeat moves over ms */
+static uint64_t heartbeats_over(struct fixture *f, int ms)
+{
+    uint64_t h0 = atomic_load(&f->reg.hdr->heartbeat);
+
+    pause_ms(ms);
+    return atomic_load(&f->reg.hdr->heartbeat) - h0;
+}
+
+/* Mark in seen[] (when add) or find (when !add) this process's io_uring fds: returns the
+ * first io_uring fd not yet in seen[], or -1 */
+#define MAX_FDS 1024
+static int io_uring_fds(bool seen[MAX_FDS], bool add)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    char path[64], target[64];
+    int found = -1;
+
+    assert_non_null(d);
+    while ((e = readdir(d)) != NULL) {
+        int fd = atoi(e->d_name);
+        ssize_t n;
+
+        if (e->d_name[0] == '.' || fd < 0 || fd >= MAX_FDS)
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        n = readlink(path, target, sizeof(target) - 1);
+        if (n < 0)
+            continue;
+        target[n] = '\0';
+        if (strcmp(target, "anon_inode:[io_uring]") != 0)
+            continue;
+        if (add)
+            seen[fd] = true;
+        else if (!seen[fd] && found < 0)
+            found = fd;
+    }
+    closedir(d);
+    return found;
+}
+
 /* --- the tests ------------------------------------------------------------------------- */
 
 static void test_loop_short_decode_batch_fails_every_sequence_of_the_step(void **state)
@@ -633,6 +718,117 @@ static void test_loop_stop_fails_what_is_held(void **state)
     assert_string_equal(f->tr[0].error, "the worker is stopping");
 }
 
+static void test_loop_nan_logits_fail_their_sequence_and_the_batch_goes_on(void **state)
+{
+    struct fixture *f = *state;
+    struct model_mock_opts o = {.reply = "abcdef", .max_sequences = 2};
+    struct recorder *r = recorder_create(&o);
+
+    /* both jobs are read before the first admission: slots 0 and 1, one decode batch */
+    r->nan_slot = 1;
+    push_job(f, 0, "x", 100);
+    push_job(f, 1, "y", 100);
+    start_loop(f, r, 0);
+    until_final(f, 0);
+    until_final(f, 1);
+    assert_string_equal(f->tr[0].text, "abcdef");
+    assert_int_equal(f->tr[0].final, MSG_TYPE_DONE);
+    assert_int_equal(f->tr[0].reason, FINISH_REASON_STOP);
+    assert_int_equal(f->tr[0].completion_tokens, 6);
+    /* the prefill's token went out; the poisoned step sent no TOKEN, only the FAILED */
+    assert_int_equal(f->tr[1].started, 1);
+    assert_string_equal(f->tr[1].text, "a");
+    assert_int_equal(f->tr[1].n_tokens, 1);
+    assert_int_equal(f->tr[1].final, MSG_TYPE_FAILED);
+    assert_int_equal(f->tr[1].n_finals, 1);
+    assert_string_equal(f->tr[1].error, "the model produced non-finite logits");
+    assert_int_equal(atomic_load(&f->reg.hdr->running), 0);
+    pthread_mutex_lock(&r->mu);
+    assert_true(r->n_log >= 3);
+    assert_string_equal(r->log[2], "D2"); /* they shared the step */
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void test_loop_broken_io_uring_waiter_falls_back_to_poll_without_spinning(void **state)
+{
+    struct fixture *f = *state;
+    struct model_mock_opts o = {.reply = "up"};
+    bool seen[MAX_FDS] = {false};
+    int ring_fd, null_fd;
+    uint64_t beats;
+
+    (void)io_uring_fds(seen, true);
+    start_loop(f, recorder_create(&o), 0);
+    ring_fd = io_uring_fds(seen, false);
+    if (ring_fd < 0)
+        skip(); /* no io_uring here: the loop sleeps in poll() from the start */
+    /* the ring's fd now names /dev/null: every io_uring_enter fails with EOPNOTSUPP, as a
+     * broken ring's would; the wake ends the current wait so the next one meets it */
+    null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    assert_true(null_fd >= 0);
+    assert_true(dup2(null_fd, ring_fd) == ring_fd);
+    close(null_fd);
+    assert_int_equal(eventfd_write(f->wake_fd, 1), 0);
+    /* idle with an idle timeout of 200 ms: a few beats, not one per failed wait */
+    beats = heartbeats_over(f, 600);
+    print_message("idle on poll(): %llu heartbeats in 600 ms\n", (unsigned long long)beats);
+    assert_true(beats <= 12);
+    /* poll() still wakes the idle loop for a job */
+    push_job(f, 0, "x", 100);
+    until_final(f, 0);
+    assert_string_equal(f->tr[0].text, "up");
+    assert_int_equal(f->tr[0].reason, FINISH_REASON_STOP);
+}
+
+static void test_loop_full_ring_sleeps_until_the_front_pops_and_wakes(void **state)
+{
+    struct fixture *f = *state;
+    struct model_mock_opts o = {.reply = "x"};
+    struct shm_ring *out;
+    struct proto_sampling s;
+    int64_t fastest = WAIT_MS;
+    uint64_t beats;
+
+    /* a to_front ring of about a hundred TOKENs, and a job of far more that nobody reads */
+    shm_region_destroy(&f->reg);
+    assert_int_equal(shm_region_create(&f->reg, 1u << 16, 4096), 0);
+    out = f->reg.to_front.shared;
+    proto_sampling_init(&s);
+    s.ignore_eos = true;
+    push_job_with(f, 0, "x", 400, &s);
+    start_loop(f, recorder_create(&o), 0);
+    assert_true(eventually_set(&out->producer_waiting));
+    /* asleep in steps of 100 ms, not polling every millisecond */
+    beats = heartbeats_over(f, 500);
+    print_message("waiting for room: %llu heartbeats in 500 ms\n", (unsigned long long)beats);
+    assert_true(beats >= 1 && beats <= 12);
+    /* each round: just after a beat (a fresh 100 ms sleep begins), pop a few records, which
+     * wakes the worker; it pushes again long before its sleep would end. The fastest of
+     * three rounds, so that one slow thread switch on a busy machine does not count. */
+    for (int round = 0; round < 3; round++) {
+        uint64_t beat = atomic_load(&f->reg.hdr->heartbeat), head;
+        int64_t t0;
+
+        assert_true(eventually_moves(&f->reg.hdr->heartbeat, beat));
+        assert_true(eventually_set(&out->producer_waiting));
+        head = atomic_load(&out->head);
+        t0 = now_ms();
+        for (int k = 0; k < 4; k++)
+            read_one(f); /* pops, then notify_wake_producer() */
+        assert_true(eventually_moves(&out->head, head));
+        if (now_ms() - t0 < fastest)
+            fastest = now_ms() - t0;
+    }
+    print_message("woken by the pops: pushing again after %lld ms\n", (long long)fastest);
+    assert_true(fastest < 60);
+    until_final(f, 0);
+    assert_int_equal(f->tr[0].n_tokens, 400);
+    assert_int_equal(f->tr[0].final, MSG_TYPE_DONE);
+    assert_int_equal(f->tr[0].reason, FINISH_REASON_LENGTH);
+    assert_int_equal(f->tr[0].completion_tokens, 400);
+    assert_int_equal(f->tr[0].n_finals, 1);
+}
+
 int main(void)
 {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
@@ -645,6 +841,9 @@ int main(void)
         T(test_loop_malformed_record_is_rejected_and_the_next_job_served),
         T(test_loop_record_without_a_header_is_a_protocol_error),
         T(test_loop_stop_fails_what_is_held),
+        T(test_loop_nan_logits_fail_their_sequence_and_the_batch_goes_on),
+        T(test_loop_broken_io_uring_waiter_falls_back_to_poll_without_spinning),
+        T(test_loop_full_ring_sleeps_until_the_front_pops_and_wakes),
     };
 #undef T
 
