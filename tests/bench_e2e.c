@@ -111,7 +111,7 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* c concurrent streams; prints one line. Returns 0 or -1 when a stream failed. */
-static int run_level(int port, int c, uint32_t n_vocab, int salt)
+static int run_level(int port, int c, uint32_t n_vocab, int salt, const char *label)
 {
     struct stream st[MAX_STREAMS];
     pthread_t th[MAX_STREAMS];
@@ -153,9 +153,9 @@ static int run_level(int port, int c, uint32_t n_vocab, int salt)
     if (ok == 0)
         return -1;
     qsort(ttft, (size_t)ok, sizeof(double), cmp_double);
-    printf("  %2d streams: %8.1f tok/s generated, TTFT p50 %7.1f ms (%d x %d tokens in "
+    printf("  %2d streams%s: %8.1f tok/s generated, TTFT p50 %7.1f ms (%d x %d tokens in "
            "%.2f s)\n",
-           c, total / (last - t0), ttft[ok / 2] * 1e3, ok, GEN_TOKENS, last - t0);
+           c, label, total / (last - t0), ttft[ok / 2] * 1e3, ok, GEN_TOKENS, last - t0);
     fflush(stdout);
     return ok == c ? 0 : -1;
 }
@@ -196,10 +196,10 @@ static int bench_one(const char *path, double bw)
     printf("%s: %.0f MiB of weights per token; batch-1 limit %.1f tok/s (%.1f GB/s / %.0f "
            "MiB)\n",
            path, (double)wb / (1 << 20), bw * 1e9 / (double)wb, bw, (double)wb / (1 << 20));
-    if (run_level(kiln_port(k), 1, nv, 99) < 0) /* warm: weights paged in, pool woken */
+    if (run_level(kiln_port(k), 1, nv, 99, " (warm-up)") < 0) /* weights paged in */
         rc = -1;
     for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]) && rc == 0; i++)
-        rc = run_level(kiln_port(k), levels[i], nv, (int)i);
+        rc = run_level(kiln_port(k), levels[i], nv, (int)i, "");
     if (rc < 0)
         fprintf(stderr, "%s", kiln_output(k));
     kiln_destroy(k);

@@ -94,11 +94,10 @@ static void mm_set(struct llama *L, int i, const struct kern_mat *W, const float
         j->X.data = (const char *)L->act[need == NEED_Q8_0 ? 0 : 1] + (size_t)r0 * j->X.stride;
     }
     /* rows split into about 4 tasks per thread, so a descheduled thread's share is taken up
-     * by the others */
+     * by the others; a multiple of 16 rows, so the kernels' 4-row tiles divide it and no two
+     * tasks write one cache line of a Y row */
     int parts = L->n_threads * 4;
-    j->rows_per_task = (W->rows + parts - 1) / parts;
-    if (j->rows_per_task < 4)
-        j->rows_per_task = 4;
+    j->rows_per_task = ((W->rows + parts - 1) / parts + 15) & ~15;
     j->n_tasks = (W->rows + j->rows_per_task - 1) / j->rows_per_task;
 }
 
@@ -189,7 +188,7 @@ static void swiglu_task(void *ctx, int b, int thread)
     size_t off = (size_t)b * L->c.ffn;
     (void)thread;
     L->k->swiglu(L->hb + off, L->hb + off, L->hb2 + off, L->c.ffn);
-    quant_in(L, L->hb + off, L->c.ffn, (int)b, L->stage_need);
+    quant_in(L, L->hb + off, L->c.ffn, b, L->stage_need);
 }
 
 static void stage(struct llama *L, threadpool_fn fn, int n, int add, const float *norm,
