@@ -3,6 +3,7 @@
  * merge rank first (ties: leftmost) from a heap over a linked list of symbols. Merges are
  * looked up by the pair of token ids, so no strings are built while encoding. */
 #include "tokenizer_impl.h"
+#include "tok_heap.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -123,12 +124,6 @@ struct bpe_sym {
     bool alive;
 };
 
-struct bpe_pair {
-    uint32_t rank;
-    int32_t left, right;
-    uint32_t lid, rid, result; /* ids when queued, to drop stale entries */
-};
-
 /* Scratch reused for every word of one encode call. */
 struct bpe_ctx {
     const struct tokenizer *t;
@@ -136,65 +131,27 @@ struct bpe_ctx {
     struct tok_out *o;
     struct bpe_sym *sym;
     size_t sym_cap;
-    struct bpe_pair *heap;
-    size_t heap_n, heap_cap;
+    struct tok_heap heap;
 };
 
-static bool pair_before(const struct bpe_pair *a, const struct bpe_pair *b)
-{
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static void heap_push(struct bpe_ctx *c, struct bpe_pair p)
-{
-    size_t i = c->heap_n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!pair_before(&p, &c->heap[parent]))
-            break;
-        c->heap[i] = c->heap[parent];
-        i = parent;
-    }
-    c->heap[i] = p;
-}
-
-static struct bpe_pair heap_pop(struct bpe_ctx *c)
-{
-    struct bpe_pair top = c->heap[0], last = c->heap[--c->heap_n];
-    size_t i = 0;
-    for (;;) {
-        size_t k = 2 * i + 1;
-        if (k >= c->heap_n)
-            break;
-        if (k + 1 < c->heap_n && pair_before(&c->heap[k + 1], &c->heap[k]))
-            k++;
-        if (!pair_before(&c->heap[k], &last))
-            break;
-        c->heap[i] = c->heap[k];
-        i = k;
-    }
-    if (c->heap_n > 0)
-        c->heap[i] = last;
-    return top;
-}
-
-/* Queue the merge of left and right if there is one. The heap never outgrows 3 entries per
- * byte of the word: one per initial pair and two per merge. */
-static void try_pair(struct bpe_ctx *c, int32_t left, int32_t right)
+/* Queue the merge of left and right if there is one: lowest rank first, ties leftmost. The
+ * heap never outgrows 3 entries per byte of the word (one per initial pair and two per
+ * merge), and bpe_word reserves that, so this does not allocate. */
+static int try_pair(struct bpe_ctx *c, int32_t left, int32_t right)
 {
     uint32_t rank, result;
     if (left < 0 || right < 0)
-        return;
+        return 0;
     uint32_t lid = c->sym[left].id, rid = c->sym[right].id;
     if (lid == TOK_NONE || rid == TOK_NONE ||
         !tok_pair_map_get(&c->t->merges, lid, rid, &rank, &result))
-        return;
-    heap_push(c, (struct bpe_pair){.rank = rank,
-                                   .left = left,
-                                   .right = right,
-                                   .lid = lid,
-                                   .rid = rid,
-                                   .result = result});
+        return 0;
+    struct tok_merge m = {.key = tok_merge_key(rank, left),
+                          .left = left,
+                          .right = right,
+                          .id = result,
+                          .seen = {lid, rid}};
+    return tok_heap_push(&c->heap, &m);
 }
 
 static int bpe_word(void *arg, size_t off, size_t len)
@@ -202,6 +159,7 @@ static int bpe_word(void *arg, size_t off, size_t len)
     struct bpe_ctx *c = arg;
     const struct tokenizer *t = c->t;
     const unsigned char *w = (const unsigned char *)c->text + off;
+    int err;
 
     if (len == 1) {
         uint32_t id = t->char_ids[w[0]];
@@ -215,33 +173,32 @@ static int bpe_word(void *arg, size_t off, size_t len)
         if (!s)
             return -ENOMEM;
         c->sym = s;
-        struct bpe_pair *h = realloc(c->heap, 3 * cap * sizeof(*h));
-        if (!h)
+        if (tok_heap_reserve(&c->heap, 3 * cap) < 0)
             return -ENOMEM;
-        c->heap = h;
         c->sym_cap = cap;
-        c->heap_cap = 3 * cap;
     }
     for (size_t i = 0; i < len; i++)
         c->sym[i] = (struct bpe_sym){.prev = (int32_t)i - 1,
                                      .next = i + 1 < len ? (int32_t)i + 1 : -1,
                                      .id = t->char_ids[w[i]],
                                      .alive = true};
-    c->heap_n = 0;
+    c->heap.n = 0;
     for (size_t i = 1; i < len; i++)
-        try_pair(c, (int32_t)i - 1, (int32_t)i);
-    while (c->heap_n > 0) {
-        struct bpe_pair p = heap_pop(c);
+        if ((err = try_pair(c, (int32_t)i - 1, (int32_t)i)) < 0)
+            return err;
+    while (c->heap.n > 0) {
+        struct tok_merge p = tok_heap_pop(&c->heap);
         struct bpe_sym *l = &c->sym[p.left], *r = &c->sym[p.right];
-        if (!l->alive || !r->alive || l->next != p.right || l->id != p.lid || r->id != p.rid)
+        if (!l->alive || !r->alive || l->next != p.right || l->id != p.seen[0] ||
+            r->id != p.seen[1])
             continue; /* a neighbour merged since this pair was queued */
-        l->id = p.result;
+        l->id = p.id;
         r->alive = false;
         l->next = r->next;
         if (r->next >= 0)
             c->sym[r->next].prev = p.left;
-        try_pair(c, l->prev, p.left);
-        try_pair(c, p.left, l->next);
+        if ((err = try_pair(c, l->prev, p.left)) < 0 || (err = try_pair(c, p.left, l->next)) < 0)
+            return err;
     }
     for (int32_t i = 0; i >= 0; i = c->sym[i].next) {
         uint32_t id = c->sym[i].id;
@@ -258,6 +215,6 @@ int tok_bpe_encode(const struct tokenizer *t, const char *text, size_t len, stru
     struct bpe_ctx c = {.t = t, .text = text, .o = o};
     int err = tok_pre_split(t->pre, text, len, bpe_word, &c);
     free(c.sym);
-    free(c.heap);
+    tok_heap_free(&c.heap);
     return err;
 }

@@ -4,6 +4,7 @@
  * so a long run without spaces costs O(n log n). Characters left without a token fall back
  * to <0xNN> byte tokens, or the unknown token. */
 #include "tokenizer_impl.h"
+#include "tok_heap.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -14,66 +15,6 @@ struct spm_sym {
     uint32_t off, len; /* len 0: merged into its left neighbour */
 };
 
-struct spm_bigram {
-    float score;
-    int32_t left, right;
-    uint32_t size; /* bytes of the merged piece, to drop stale entries */
-    uint32_t id;
-};
-
-struct spm_heap {
-    struct spm_bigram *v;
-    size_t n, cap;
-};
-
-/* Higher score first; on equal scores the leftmost pair, as SentencePiece does. */
-static bool spm_before(const struct spm_bigram *a, const struct spm_bigram *b)
-{
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static int spm_heap_push(struct spm_heap *h, struct spm_bigram b)
-{
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? 2 * h->cap : 64;
-        struct spm_bigram *v = realloc(h->v, cap * sizeof(*v));
-        if (!v)
-            return -ENOMEM;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!spm_before(&b, &h->v[parent]))
-            break;
-        h->v[i] = h->v[parent];
-        i = parent;
-    }
-    h->v[i] = b;
-    return 0;
-}
-
-static struct spm_bigram spm_heap_pop(struct spm_heap *h)
-{
-    struct spm_bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n)
-            break;
-        if (c + 1 < h->n && spm_before(&h->v[c + 1], &h->v[c]))
-            c++;
-        if (!spm_before(&h->v[c], &last))
-            break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n > 0)
-        h->v[i] = last;
-    return top;
-}
-
 /* Whether ordinary text may become this token (control, byte, unknown, unused and
  * user-defined pieces only come from the special-token splitter or the byte fallback). */
 static bool spm_mergeable(const struct tokenizer *t, uint32_t id)
@@ -83,7 +24,7 @@ static bool spm_mergeable(const struct tokenizer *t, uint32_t id)
 }
 
 static int spm_try_pair(const struct tokenizer *t, const char *buf, const struct spm_sym *sym,
-                        int32_t left, int32_t right, struct spm_heap *h)
+                        int32_t left, int32_t right, struct tok_heap *h)
 {
     if (left < 0 || right < 0)
         return 0;
@@ -93,9 +34,13 @@ static int spm_try_pair(const struct tokenizer *t, const char *buf, const struct
     uint32_t id = tok_text_map_get(&t->by_text, t, buf + sym[left].off, size);
     if (id == TOK_NONE || !spm_mergeable(t, id))
         return 0;
-    struct spm_bigram b = {
-        .score = t->scores[id], .left = left, .right = right, .size = size, .id = id};
-    return spm_heap_push(h, b);
+    /* higher score first, ties leftmost; size drops the entry once a side has grown */
+    struct tok_merge m = {.key = tok_merge_key(tok_score_prio(t->scores[id]), left),
+                          .left = left,
+                          .right = right,
+                          .id = id,
+                          .seen = {size}};
+    return tok_heap_push(h, &m);
 }
 
 static void spm_emit(const struct tokenizer *t, const char *s, uint32_t len, struct tok_out *o)
@@ -138,7 +83,7 @@ void tok_spm_prepare(struct tokenizer *t)
 
 /* Merge one word (or the whole text) of the escaped buffer; sym has room for n symbols. */
 static int spm_word(const struct tokenizer *t, const char *buf, size_t n, struct spm_sym *sym,
-                    struct spm_heap *h, struct tok_out *o)
+                    struct tok_heap *h, struct tok_out *o)
 {
     int err;
     int32_t n_sym = 0;
@@ -159,9 +104,9 @@ static int spm_word(const struct tokenizer *t, const char *buf, size_t n, struct
             return err;
 
     while (h->n > 0) {
-        struct spm_bigram b = spm_heap_pop(h);
+        struct tok_merge b = tok_heap_pop(h);
         struct spm_sym *l = &sym[b.left], *r = &sym[b.right];
-        if (l->len == 0 || r->len == 0 || l->next != b.right || l->len + r->len != b.size)
+        if (l->len == 0 || r->len == 0 || l->next != b.right || l->len + r->len != b.seen[0])
             continue; /* one side was merged since this pair was queued */
         l->len += r->len;
         r->len = 0;
@@ -181,7 +126,7 @@ int tok_spm_encode(const struct tokenizer *t, const char *text, size_t len, bool
                    struct tok_out *o)
 {
     static const char space[3] = {(char)0xE2, (char)0x96, (char)0x81}; /* U+2581 */
-    struct spm_heap h = {0};
+    struct tok_heap h = {0};
     struct spm_sym *sym = NULL;
     char *buf = NULL;
     int err = -ENOMEM;
@@ -220,7 +165,7 @@ int tok_spm_encode(const struct tokenizer *t, const char *text, size_t len, bool
     }
     err = spm_word(t, buf + word, n - word, sym, &h, o);
 out:
-    free(h.v);
+    tok_heap_free(&h);
     free(sym);
     free(buf);
     return err;
