@@ -296,22 +296,53 @@ static void render_llama2(struct sb *b, const struct chat_template *t, const str
         llama2_user(b, t, sys, "");
 }
 
-/* Mistral Instruct v0.1: BOS once, "[INST] {user} [/INST]" and "{assistant}</s>" with no
- * spaces between turns. v0.1 refuses a system message; like v0.2's template, kiln prepends
- * it to the next user message with a blank line. */
-static void mistral_user(struct sb *b, const char *sys, const char *content)
+/* The markup of a template with no system role (Mistral v0.1, Gemma 1/2): BOS once, then
+ * user and assistant turns. Their later versions put a system message before the next user
+ * message's content with a blank line, and so does kiln for these rather than refuse it. */
+struct folded_markup {
+    const char *user_open, *user_close;
+    const char *asst_open, *asst_close; /* asst_close NULL: the template's EOS text */
+    const char *gen;                    /* the generation prompt */
+    bool trim;                          /* contents are trimmed */
+};
+
+/* Mistral Instruct v0.1: "[INST] {user} [/INST]" and "{assistant}</s>" with no spaces
+ * between turns, and no generation prompt. */
+static const struct folded_markup mistral_markup = {
+    .user_open = "[INST] ", .user_close = " [/INST]", .asst_open = "", .gen = ""};
+
+/* Gemma: "<start_of_turn>{user|model}\n{content trimmed}<end_of_turn>\n", then
+ * "<start_of_turn>model\n". */
+static const struct folded_markup gemma_markup = {.user_open = "<start_of_turn>user\n",
+                                                  .user_close = "<end_of_turn>\n",
+                                                  .asst_open = "<start_of_turn>model\n",
+                                                  .asst_close = "<end_of_turn>\n",
+                                                  .gen = "<start_of_turn>model\n",
+                                                  .trim = true};
+
+static void folded_content(struct sb *b, const struct folded_markup *f, const char *content)
 {
-    sb_put(b, "[INST] ");
+    if (f->trim)
+        sb_content_trimmed(b, content);
+    else
+        sb_content(b, content);
+}
+
+static void folded_user(struct sb *b, const struct folded_markup *f, const char *sys,
+                        const char *content)
+{
+    sb_put(b, f->user_open);
     if (sys) {
         sb_content(b, sys);
         sb_put(b, "\n\n");
     }
-    sb_content(b, content);
-    sb_put(b, " [/INST]");
+    folded_content(b, f, content);
+    sb_put(b, f->user_close);
 }
 
-static void render_mistral(struct sb *b, const struct chat_template *t, const struct chat_msg *m,
-                           size_t n)
+static void render_folded(struct sb *b, const struct chat_template *t,
+                          const struct folded_markup *f, const struct chat_msg *m, size_t n,
+                          bool gen)
 {
     const char *sys = NULL;
     sb_put(b, t->bos);
@@ -319,16 +350,19 @@ static void render_mistral(struct sb *b, const struct chat_template *t, const st
         switch (parse_role(m[i].role)) {
         case ROLE_SYSTEM: sys = m[i].content; break;
         case ROLE_USER:
-            mistral_user(b, sys, m[i].content);
+            folded_user(b, f, sys, m[i].content);
             sys = NULL;
             break;
         default:
-            sb_content(b, m[i].content);
-            sb_put(b, t->eos);
+            sb_put(b, f->asst_open);
+            folded_content(b, f, m[i].content);
+            sb_put(b, f->asst_close ? f->asst_close : t->eos);
         }
     }
     if (sys)
-        mistral_user(b, sys, "");
+        folded_user(b, f, sys, "");
+    if (gen)
+        sb_put(b, f->gen);
 }
 
 /* Zephyr (and TinyLlama chat): "<|{role}|>\n{content}</s>\n"; the newline after EOS is the
@@ -361,44 +395,6 @@ static void render_phi3(struct sb *b, const struct chat_template *t, const struc
         sb_put(b, "<|end|>\n");
     }
     sb_put(b, gen ? "<|assistant|>\n" : t->eos);
-}
-
-/* Gemma: BOS once, "<start_of_turn>{user|model}\n{content trimmed}<end_of_turn>\n", then
- * "<start_of_turn>model\n". Gemma 1/2 refuse a system message; like Gemma 3's template, kiln
- * puts it before the next user message's content with a blank line. */
-static void gemma_user(struct sb *b, const char *sys, const char *content)
-{
-    sb_put(b, "<start_of_turn>user\n");
-    if (sys) {
-        sb_content(b, sys);
-        sb_put(b, "\n\n");
-    }
-    sb_content_trimmed(b, content);
-    sb_put(b, "<end_of_turn>\n");
-}
-
-static void render_gemma(struct sb *b, const struct chat_template *t, const struct chat_msg *m,
-                         size_t n, bool gen)
-{
-    const char *sys = NULL;
-    sb_put(b, t->bos);
-    for (size_t i = 0; i < n; i++) {
-        switch (parse_role(m[i].role)) {
-        case ROLE_SYSTEM: sys = m[i].content; break;
-        case ROLE_USER:
-            gemma_user(b, sys, m[i].content);
-            sys = NULL;
-            break;
-        default:
-            sb_put(b, "<start_of_turn>model\n");
-            sb_content_trimmed(b, m[i].content);
-            sb_put(b, "<end_of_turn>\n");
-        }
-    }
-    if (sys)
-        gemma_user(b, sys, "");
-    if (gen)
-        sb_put(b, "<start_of_turn>model\n");
 }
 
 /* Fallback: "{role}: {content}\n" per message, then "assistant:" as the generation prompt. */
@@ -487,10 +483,12 @@ char *chat_render_spans(const struct chat_template *t, const struct chat_msg *ms
     case CHAT_FAMILY_CHATML: render_chatml(&b, m, n, add_generation_prompt); break;
     case CHAT_FAMILY_LLAMA2: render_llama2(&b, t, m, n); break;
     case CHAT_FAMILY_LLAMA3: render_llama3(&b, t, m, n, add_generation_prompt); break;
-    case CHAT_FAMILY_MISTRAL: render_mistral(&b, t, m, n); break;
+    case CHAT_FAMILY_MISTRAL: render_folded(&b, t, &mistral_markup, m, n, false); break;
     case CHAT_FAMILY_ZEPHYR: render_zephyr(&b, t, m, n, add_generation_prompt); break;
     case CHAT_FAMILY_PHI3: render_phi3(&b, t, m, n, add_generation_prompt); break;
-    case CHAT_FAMILY_GEMMA: render_gemma(&b, t, m, n, add_generation_prompt); break;
+    case CHAT_FAMILY_GEMMA:
+        render_folded(&b, t, &gemma_markup, m, n, add_generation_prompt);
+        break;
     default: render_fallback(&b, m, n, add_generation_prompt); break;
     }
     free(m);
