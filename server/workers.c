@@ -273,7 +273,9 @@ void workers_on_notify(int fd, short what, void *arg)
 
     (void)notify_consume(w->notify_fd);
     notify_end_sleep(&w->reg.to_front);
-    (void)worker_life_get(w);
+    /* The worker writes its eventfd once it is READY: jobs that waited for it go now. */
+    if (w->life == WORKER_LIFE_STARTING && worker_life_get(w) == WORKER_LIFE_READY)
+        capacity = true;
     for (;;) {
         const void *rec;
         uint32_t len;

@@ -91,6 +91,22 @@ static struct http_stream *open_running(int port, const char *prompt, char *firs
     return s;
 }
 
+/* A worker that finished loading says so through its eventfd: the front marks it ready (and
+ * dispatches what waited for it) without waiting for a request or a /health call to look. */
+static bool says_ready(void *arg)
+{
+    return kiln_output_contains(arg, ") ready");
+}
+
+static void test_lifecycle_worker_ready_is_noticed_without_a_request(void **state)
+{
+    static const char *args[] = {"--model", "mock", "--workers", "1", NULL};
+    struct kiln_proc *p = front_start(args);
+    assert_non_null(p);
+    *state = p;
+    assert_true(wait_until(says_ready, p, 5000));
+}
+
 static void test_lifecycle_sigterm_drains_a_running_stream_and_exits_0(void **state)
 {
     static const char *args[] = {"--model",         "mock", "--workers",    "1",
@@ -340,6 +356,8 @@ static void test_lifecycle_crash_cycles_leak_nothing(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_lifecycle_worker_ready_is_noticed_without_a_request,
+                                  teardown),
         cmocka_unit_test_teardown(test_lifecycle_sigterm_drains_a_running_stream_and_exits_0,
                                   teardown),
         cmocka_unit_test_teardown(test_lifecycle_drain_timeout_cancels_with_an_error_event,

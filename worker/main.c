@@ -215,6 +215,10 @@ int main(int argc, char **argv)
     log_info("serving %s: %u sequences, context %u, prefill budget %ld", m->name,
              m->max_sequences, m->max_context, a.max_prefill_tokens);
     atomic_store_explicit(&reg.hdr->state, WORKER_STATE_READY, memory_order_release);
+    /* Tell the front at once, so it dispatches the jobs waiting for a ready worker and its
+     * /health and logs say ready now rather than at the next record. */
+    if (eventfd_write((int)a.notify_fd, 1) < 0)
+        log_warn("telling the front we are ready: %s", strerror(errno));
     rc = loop_run(l, &worker_stop);
     atomic_store_explicit(&reg.hdr->state, WORKER_STATE_STOPPING, memory_order_release);
     loop_destroy(l);
