@@ -356,10 +356,12 @@ static void avx512_matmul(const struct kern_mat *W, const struct kern_act *X, in
         int ns = n_seq - s0 < chunk ? n_seq - s0 : chunk;
         const char *xs0 = xd + (size_t)s0 * X->stride;
         int r = row_begin;
-        /* Q8_0/Q4_0 with several sequences: rows two at a time (one weight row alone is
-         * memory bound, and tile_i8 gives the same bits; four at a time measured slower in
-         * the model, SmolLM batch 8 at one thread 21-25 -> 34-45 ms/step) */
-        if ((t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0) && ns > 1) {
+        /* Q8_0/Q4_0 with more than four sequences: rows two at a time (tile_i8 gives the
+         * same bits). Measured in the model at one thread: up to four sequences one row at a
+         * time streams the weights faster (SmolLM batch 4: 11 ms/step vs 20 with pairs);
+         * from eight, pairs win (batch 16: 38-42 vs 45 ms/step); four rows at a time lost
+         * (batch 8: 34-45 vs 21-25 ms/step). */
+        if ((t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0) && ns > 4) {
             int q4 = t == GGML_TYPE_Q4_0;
             for (; r + 2 <= row_end; r += 2)
                 rows2_i8(wd + (size_t)r * W->row_bytes, W->row_bytes, q4, xs0, X->stride, X->n,
