@@ -42,18 +42,21 @@ void queue_remove(struct queue *q, struct request *r)
     q->n--;
 }
 
-/* Drop queued requests whose client already left. */
+/* Drop queued requests whose client already left. Failing one ends its whole group (the
+ * choices of n), which takes its siblings out of the queue and may free them, so the scan
+ * starts over after each: a saved next pointer could be freed. */
 static void queue_prune(struct queue *q)
 {
-    struct request *r, *next;
-    for (r = TAILQ_FIRST(&q->waiting); r; r = next) {
-        next = TAILQ_NEXT(r, link_queue);
+    struct request *r;
+again:
+    TAILQ_FOREACH(r, &q->waiting, link_queue) {
         if (!request_client_alive(r)) {
             log_debug("request %llu: client left while queued; dropped",
                       (unsigned long long)r->req_id);
             queue_remove(q, r);
             request_fail(r, 499, "invalid_request_error", "client closed the connection",
                          NULL, NULL);
+            goto again;
         }
     }
 }
@@ -97,8 +100,11 @@ int queue_admit(struct queue *q, struct request *r)
 {
     if (!workers_any_alive(q->f->workers) || workers_draining(q->f->workers))
         return -ENODEV;
-    if (q->n >= q->max)
+    if (q->n >= q->max) {
         queue_prune(q);
+        if (r->finished)
+            return -ECANCELED; /* the prune ended r's own group: its client left */
+    }
     if (q->n >= q->max && !(q->n == 0 && workers_pick(q->f->workers))) {
         q->n_refused++;
         return -EBUSY;

@@ -36,7 +36,10 @@ void queue_free(struct queue *q);
 
 /* Append r and dispatch. Returns 0, -EBUSY when the queue is full, or -ENODEV when no worker
  * process can take jobs now (all in backoff or failed, or kiln is draining; r is not queued
- * then). Queued requests are failed with 503 once every worker has failed for good. */
+ * then), or -ECANCELED when making room dropped r's own group (its client left: r is
+ * finished, not queued). Making room may end and free other requests, so the caller holds r
+ * (r->hold) across the call. Queued requests are failed with 503 once every worker has
+ * failed for good. */
 int queue_admit(struct queue *q, struct request *r);
 
 /* Put r back at the head (its worker died before starting it). Does not dispatch: the

@@ -578,9 +578,17 @@ int request_start(struct request *r)
             return -ENOMEM;
         }
     }
+    /* Admitting a choice may prune the queue, and a prune that finds this very client gone
+     * ends the group and would free the choices not yet admitted: hold each across its
+     * admission, and stop once the group is over. */
     r->hold++;
     for (uint32_t i = 0; i < r->n_choices && !r->finished; i++) {
-        rc = queue_admit(&f->queue, r->choices[i]);
+        struct request *c = r->choices[i];
+        c->hold++;
+        rc = queue_admit(&f->queue, c);
+        c->hold--;
+        if (c != r)
+            request_maybe_free(c);
         if (rc == -ENODEV) {
             metrics_count_rejected(&f->metrics, METRICS_REJECT_UNAVAILABLE);
             request_fail(r, 503, "server_error", "no worker is available (see /health)", NULL,
