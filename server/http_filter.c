@@ -49,6 +49,7 @@ struct http_filter {
     enum filter_phase phase;
     bool idle_seen;            /* REFUSE_WAIT: evhttp looked idle at the previous look */
     bool write_failed;         /* the socket refused evhttp's output: end the connection */
+    bool flushing;             /* on_writable is flushing: filter_out may write */
 };
 
 /* The refusal: status line, headers and the JSON error. Returns 0 or -ENOMEM. */
@@ -231,7 +232,9 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
     struct http_filter *f = arg;
     (void)fd;
     (void)what;
+    f->flushing = true;
     bufferevent_flush(f->bev, EV_WRITE, BEV_NORMAL);
+    f->flushing = false;
 }
 
 /* The output filter writes evhttp's answers straight to the socket, past the socket
@@ -239,7 +242,13 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
  * close, shuts and frees the connection at once, which would lose bytes still queued in a
  * buffer below it. So the bytes leave evhttp's buffer only once the kernel has them, and what
  * the kernel cannot take yet waits there for wev. While a refusal waits its turn, each answer
- * written is a moment evhttp may have become idle. */
+ * written is a moment evhttp may have become idle.
+ * It writes only when on_writable flushes, never from inside evhttp's evbuffer_add: a filter
+ * that writes there calls evhttp's write callback (output drained) before evhttp has set what
+ * it waits for, e.g. evhttp_send_reply_end adds the last chunk and only then waits for the
+ * drain to finish the request; that drain would never come again and the connection would
+ * hang (never read again, never closed). Deferred to the loop, the write callback comes after
+ * evhttp has set it up, as it does for a socket. */
 static enum bufferevent_filter_result filter_out(struct evbuffer *src, struct evbuffer *dst,
                                                  ev_ssize_t dst_limit,
                                                  enum bufferevent_flush_mode mode, void *ctx)
@@ -252,14 +261,20 @@ static enum bufferevent_filter_result filter_out(struct evbuffer *src, struct ev
 
     if (f->phase == FILTER_REFUSE_WAIT)
         event_active(f->ev, EV_TIMEOUT, 0);
+    if (!f->flushing) {
+        event_active(f->wev, EV_WRITE, 0); /* on_out_added did too; flush from the loop */
+        return BEV_NEED_MORE;
+    }
     while (evbuffer_get_length(src) > 0) {
         if (evbuffer_write(src, fd) >= 0)
             continue;
         if (errno == EINTR)
             continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            if (event_get_fd(f->wev) != fd)
+            if (event_get_fd(f->wev) != fd) {
+                (void)event_del(f->wev); /* event_assign wants it neither added nor active */
                 (void)event_assign(f->wev, event_get_base(f->ev), fd, EV_WRITE, on_writable, f);
+            }
             (void)event_add(f->wev, NULL); /* once writable, flush again */
             return BEV_NEED_MORE;
         }

@@ -1,5 +1,6 @@
 /* Integration tests of kiln's streams: many concurrent SSE streams over two workers all
- * complete, and a client that leaves (mid-stream or while queued) gives its slot back. */
+ * complete, a client that leaves (mid-stream or while queued) gives its slot back, and a
+ * keep-alive connection serves on after a stream. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -190,6 +191,51 @@ static void test_stream_idle_kiln_uses_no_cpu(void **state)
     assert_true(used >= 0 && used <= 3);
 }
 
+/* POST a completion on c; the body asks for a stream or not, close adds Connection: close. */
+static void conn_post(struct http_conn *c, bool stream, bool close_after)
+{
+    char body[128], req[512];
+    snprintf(body, sizeof(body), "{\"prompt\":\"hi\",\"max_tokens\":5,\"stream\":%s}",
+             stream ? "true" : "false");
+    snprintf(req, sizeof(req),
+             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\n%s\r\n%s",
+             strlen(body), close_after ? "Connection: close\r\n" : "", body);
+    assert_int_equal(http_raw_send(http_conn_fd(c), req, strlen(req)), 0);
+}
+
+/* The answer on c: 200, and a stream ends with [DONE]. */
+static void conn_expect(struct http_conn *c, bool stream)
+{
+    struct http_response r;
+    assert_int_equal(http_conn_read_response(c, "POST", &r, 10000), 200);
+    if (stream)
+        assert_non_null(strstr(r.body, "data: [DONE]\n\n"));
+    else
+        assert_non_null(strstr(r.body, "\"text_completion\""));
+    http_response_free(&r);
+}
+
+/* A finished stream leaves its keep-alive connection ready for the next request (evhttp used
+ * to wait forever for the drain of its last chunk, so the next request was never read), and a
+ * stream asked with Connection: close ends with the connection closed. */
+static void test_stream_keep_alive_after_streams(void **state)
+{
+    int port = kiln_port(*state);
+    struct http_conn *c;
+    assert_int_equal(http_conn_open(port, &c), 0);
+    static const bool plan[] = {true, true, false, true, false, false, true};
+    for (size_t i = 0; i < sizeof(plan) / sizeof(plan[0]); i++) {
+        conn_post(c, plan[i], false);
+        conn_expect(c, plan[i]);
+    }
+    assert_int_equal(http_conn_wait_closed(c, 100), 0); /* kept open */
+    conn_post(c, true, true);
+    conn_expect(c, true);
+    assert_int_equal(http_conn_wait_closed(c, 5000), 1);
+    http_conn_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -201,6 +247,8 @@ int main(void)
                                         setup_one_slow_slot, teardown),
         cmocka_unit_test_setup_teardown(test_stream_disconnect_while_queued_drops_it,
                                         setup_one_slow_slot, teardown),
+        cmocka_unit_test_setup_teardown(test_stream_keep_alive_after_streams, setup_two_workers,
+                                        teardown),
     };
     return cmocka_run_group_tests_name("stream", tests, NULL, NULL);
 }

@@ -450,6 +450,79 @@ int http_raw_read_response(int fd, struct http_response *resp, int timeout_ms)
     return r;
 }
 
+/* A keep-alive connection is a stream whose raw buffer outlives each response. */
+struct http_conn {
+    struct http_stream s;
+};
+
+int http_conn_open(int port, struct http_conn **out)
+{
+    *out = NULL;
+    struct http_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return -ENOMEM;
+    int fd = http_raw_connect(port);
+    if (fd < 0) {
+        free(c);
+        return fd;
+    }
+    c->s.fd = fd;
+    *out = c;
+    return 0;
+}
+
+int http_conn_fd(const struct http_conn *c)
+{
+    return c->s.fd;
+}
+
+/* Forget the previous response's state, keeping the bytes read ahead of it. */
+static void conn_reset(struct http_stream *s)
+{
+    http_response_free(&s->resp);
+    s->mode = BODY_NONE;
+    s->left = 0;
+    s->chunk_crlf = false;
+    s->body_done = false;
+    free(s->body.p);
+    memset(&s->body, 0, sizeof s->body);
+    s->body_off = 0;
+}
+
+int http_conn_read_response(struct http_conn *c, const char *method, struct http_response *resp,
+                            int timeout_ms)
+{
+    long long deadline = ms_now() + timeout_ms;
+    response_init(resp);
+    conn_reset(&c->s);
+    int r = read_head(&c->s, method, deadline);
+    if (r >= 0 && c->s.mode == BODY_EOF)
+        return -EPROTO; /* a keep-alive answer must tell its length */
+    if (r >= 0)
+        r = stream_finish(&c->s, deadline, resp);
+    return r;
+}
+
+int http_conn_wait_closed(struct http_conn *c, int timeout_ms)
+{
+    long long deadline = ms_now() + timeout_ms;
+    if (c->s.raw.len > c->s.raw_off)
+        return -EPROTO;
+    int r = raw_fill(&c->s, deadline);
+    if (r == -ETIMEDOUT)
+        return 0;
+    if (r < 0)
+        return r == -ECONNRESET ? 1 : r;
+    return r == 0 ? 1 : -EPROTO;
+}
+
+void http_conn_close(struct http_conn *c)
+{
+    if (!c)
+        return;
+    stream_free(&c->s); /* closes the fd; s is c's first member, so this frees c */
+}
+
 int http_request_ex(int port, const char *method, const char *path, const char *const *headers,
                     const void *body, size_t body_len, int timeout_ms,
                     struct http_response *resp)

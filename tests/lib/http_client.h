@@ -86,6 +86,29 @@ int http_raw_send(int fd, const void *buf, size_t len);
  * -EPROTO when the server closed without a whole response. */
 int http_raw_read_response(int fd, struct http_response *resp, int timeout_ms);
 
+/* Keep-alive connections: responses read one after another off one connection. Bytes read
+ * ahead of a response (the next answer, or its start) are kept for the next read, where
+ * http_raw_read_response drops them. */
+struct http_conn;
+
+/* Connect to 127.0.0.1:port. Returns 0 with *out set, or -errno. */
+int http_conn_open(int port, struct http_conn **out);
+
+/* Its socket, for http_raw_send (and poll or shutdown). */
+int http_conn_fd(const struct http_conn *c);
+
+/* Read the next response. Returns its status (resp filled; free with http_response_free) or
+ * -errno, like http_raw_read_response. method "HEAD" (or NULL) tells a bodiless answer. */
+int http_conn_read_response(struct http_conn *c, const char *method, struct http_response *resp,
+                            int timeout_ms);
+
+/* Whether the server closed the connection within timeout_ms with no byte after the answers
+ * read: 1 closed, 0 still open (nothing came), -EPROTO more bytes came, or -errno. */
+int http_conn_wait_closed(struct http_conn *c, int timeout_ms);
+
+/* Close and free. NULL is fine. */
+void http_conn_close(struct http_conn *c);
+
 /* Read until the peer closes or timeout_ms. Returns 0 with *buf (malloc'd, NUL-terminated)
  * and *len, or -errno (-ETIMEDOUT: the peer kept the connection open; *buf still holds what
  * came). */
