@@ -1,6 +1,6 @@
-/* The waiting queue: FIFO of requests, bounded, dispatched to the least-loaded worker with a
- * free slot. A job that a worker's full ring turns away stays at the head until the next
- * capacity event (a final record or a worker coming up). */
+/* The waiting queue: FIFO of requests, bounded, dispatched to the least-loaded READY worker
+ * with a free slot. A job that a worker's full ring turns away goes to another worker, or
+ * stays at the head until the next capacity event (a final record or a worker coming up). */
 #include "queue.h"
 
 #include <errno.h>
@@ -76,18 +76,18 @@ static void on_no_worker(evutil_socket_t fd, short what, void *arg)
     struct queue *q = arg;
     (void)fd;
     (void)what;
-    if (q->n > 0 && !workers_any_alive(q->f->workers)) {
+    if (q->n > 0 && !workers_any_ready(q->f->workers)) {
         log_warn("no worker could take jobs for %d ms; failing %u queued request(s)",
                  QUEUE_NO_WORKER_MS, q->n);
         queue_fail_all(q, "no worker became available in time (see /health)");
     }
 }
 
-/* Start the bound on waiting while requests wait and no worker can take them; stop it
- * otherwise. */
+/* Start the bound on waiting while requests wait and no worker can take them (none READY:
+ * jobs go only to READY workers, and one may hang while loading); stop it otherwise. */
 static void queue_watch(struct queue *q)
 {
-    if (q->n > 0 && !workers_any_alive(q->f->workers)) {
+    if (q->n > 0 && !workers_any_ready(q->f->workers)) {
         struct timeval tv = {QUEUE_NO_WORKER_MS / 1000, (QUEUE_NO_WORKER_MS % 1000) * 1000};
         if (!evtimer_pending(q->ev_no_worker, NULL))
             evtimer_add(q->ev_no_worker, &tv);
@@ -128,8 +128,9 @@ void queue_dispatch(struct queue *q)
     struct request *r;
     struct proto_msg m;
     struct worker *w;
+    uint64_t skip = 0; /* workers whose ring turned a job away in this pass (bit = id) */
 
-    while ((r = TAILQ_FIRST(&q->waiting)) && (w = workers_pick(q->f->workers))) {
+    while ((r = TAILQ_FIRST(&q->waiting)) && (w = workers_pick_skip(q->f->workers, skip))) {
         memset(&m, 0, sizeof(m));
         m.type = MSG_TYPE_JOB;
         m.req_id = r->req_id;
@@ -139,8 +140,13 @@ void queue_dispatch(struct queue *q)
         m.u.job.max_new_tokens = r->max_new_tokens;
         m.u.job.sampling = r->sampling;
         int rc = worker_submit(w, &m, r);
-        if (rc == -EAGAIN)
-            return; /* its ring is full: try again at the next capacity event */
+        if (rc == -EAGAIN) {
+            /* its ring is full: the others may take the job; this one again at the next
+             * capacity event */
+            if (w->id < 64)
+                skip |= (uint64_t)1 << w->id;
+            continue;
+        }
         queue_remove(q, r);
         if (rc < 0) {
             log_error("request %llu: could not send the job: %s", (unsigned long long)r->req_id,

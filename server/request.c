@@ -476,7 +476,9 @@ void request_on_record(struct request *r, const struct proto_msg *m)
 void request_on_job_lost(struct request *r, const char *cause)
 {
     r->worker = NULL;
-    if (r->finished) {
+    /* a choice already answered (its job ran on only until its cancel came back) loses
+     * nothing: the other choices of its group go on */
+    if (r->finished || r->choice_done) {
         request_maybe_free(r);
         return;
     }

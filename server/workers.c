@@ -74,20 +74,28 @@ bool workers_draining(const struct workers *ws)
     return ws->draining;
 }
 
-struct worker *workers_pick(struct workers *ws)
+/* Only READY workers get jobs: one still loading may hang there, and the watchdog watches
+ * READY workers only, so a job handed to it would wait forever; in the front's queue it can
+ * still be pruned, time out or be failed by the queue's no-worker bound. */
+struct worker *workers_pick_skip(struct workers *ws, uint64_t skip)
 {
     struct worker *best = NULL;
     for (uint32_t i = 0; i < ws->n; i++) {
         struct worker *w = &ws->w[i];
-        if (!worker_alive(w) || w->used >= ws->cfg->max_sequences)
+        if (i < 64 && (skip & ((uint64_t)1 << i)))
             continue;
-        /* a ready worker beats one still loading at equal load */
-        if (!best || w->used < best->used ||
-            (w->used == best->used && w->life == WORKER_LIFE_READY &&
-             best->life != WORKER_LIFE_READY))
+        if (!worker_alive(w) || w->life != WORKER_LIFE_READY ||
+            w->used >= ws->cfg->max_sequences)
+            continue;
+        if (!best || w->used < best->used)
             best = w;
     }
     return best;
+}
+
+struct worker *workers_pick(struct workers *ws)
+{
+    return workers_pick_skip(ws, 0);
 }
 
 bool workers_any_hope(struct workers *ws)
@@ -262,6 +270,16 @@ static int handle_record(struct worker *w, const void *buf, uint32_t len, bool *
 
 /* Drain the worker's ring: the front is its consumer. Before going back to libevent it says
  * it sleeps (consumer_waiting) and re-checks, so a record pushed meanwhile is never missed. */
+static bool cancel_pending(const struct worker *w)
+{
+    if (!w->slots)
+        return false;
+    for (uint32_t s = 0; s < w->ws->cfg->max_sequences; s++)
+        if (w->slots[s].req_id && w->slots[s].cancel_pending)
+            return true;
+    return false;
+}
+
 void workers_on_notify(int fd, short what, void *arg)
 {
     struct worker *w = arg;
@@ -309,6 +327,9 @@ void workers_on_notify(int fd, short what, void *arg)
             break;
     }
 out:
+    /* the worker ran, so it took records off its ring: cancels that found it full go again */
+    if (w->pid && !w->poisoned && cancel_pending(w))
+        schedule_flush(w);
     if (capacity)
         ws->ops->on_capacity(ws->ctx);
 }

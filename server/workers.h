@@ -100,8 +100,12 @@ struct worker *workers_get(struct workers *ws, uint32_t i);
 enum worker_life worker_life_get(struct worker *w);
 const char *worker_life_name(enum worker_life l);
 
-/* The alive worker with the fewest taken slots and at least one free, or NULL. */
+/* The READY worker with the fewest taken slots and at least one free, or NULL. */
 struct worker *workers_pick(struct workers *ws);
+
+/* workers_pick among those whose bit (1 << index in ws->w) is clear in skip: a worker whose
+ * ring turned a job away is skipped for the rest of a dispatch pass. */
+struct worker *workers_pick_skip(struct workers *ws, uint64_t skip);
 
 /* Whether any worker runs or will run again (starting, ready or in backoff). */
 bool workers_any_hope(struct workers *ws);
