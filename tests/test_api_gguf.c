@@ -39,30 +39,39 @@ static int teardown(void **state)
     return front_stop(*state);
 }
 
+/* stories260K's greedy continuation of "Once upon a time", 64 tokens: the same ids the
+ * engine's own test pins (tests/test_model_llama.c), here through HTTP, front and worker. */
+static const char LILY_64[] =
+    ", there was a little girl named Lily. She loved to play outside in the park. One day, "
+    "she saw a big, red ball. She wanted to play with it, but it was too high.\nLily's mom said";
+
 static void test_api_gguf_tells_the_story_whole_and_streamed(void **state)
 {
     int port = kiln_port(*state);
-    const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0}";
+    const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":64,\"temperature\":0}";
     json_t *j;
     assert_int_equal(front_call(port, "POST", "/v1/completions", body, &j, NULL), 200);
     json_t *c = json_array_get(json_object_get(j, "choices"), 0);
     const char *text = json_string_value(json_object_get(c, "text"));
     assert_non_null(text);
-    assert_non_null(strstr(text, "Lily"));
+    assert_string_equal(text, LILY_64);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"),
+                                                        "completion_tokens")),
+                     64);
     long long prompt = json_integer_value(json_object_get(json_object_get(j, "usage"),
                                                           "prompt_tokens"));
     assert_true(prompt > 1);
 
     struct front_stream s;
     assert_int_equal(front_stream_collect(port, "/v1/completions",
-                                          "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,"
+                                          "{\"prompt\":\"Once upon a time\",\"max_tokens\":64,"
                                           "\"temperature\":0,\"stream\":true,"
                                           "\"stream_options\":{\"include_usage\":true}}",
                                           &s, 20000),
                      0);
     assert_string_equal(s.text, text);
     assert_int_equal(s.prompt_tokens, prompt);
-    assert_int_equal(s.completion_tokens, 40);
+    assert_int_equal(s.completion_tokens, 64);
     assert_string_equal(s.finish, "length");
     json_decref(j);
 
