@@ -44,6 +44,8 @@ static const struct opt opts[] = {
      "the mock model's reply text"},
     {"mock-delay-ms", OPT_U32, F(mock_delay_ms), 0, 3600000, "0",
      "the mock model's delay per token"},
+    {"mock-load-ms", OPT_U32, F(mock_load_ms), 0, 3600000, "0",
+     "the mock model's simulated load time (tests)"},
     {"mock-faults", OPT_BOOL, F(mock_faults), 0, 0, "off",
      "let prompts inject faults into the mock (tests only)"},
     {"chat-template", OPT_STR, F(chat_template), 0, 0, "(from the model)",

@@ -31,6 +31,7 @@ struct kiln_config {
     uint64_t max_body_bytes;
     const char *mock_reply;     /* NULL: the worker's default */
     uint32_t mock_delay_ms;
+    uint32_t mock_load_ms;
     bool mock_faults;
     uint32_t watchdog_ms;       /* a busy worker without progress this long is killed; 0: off */
     uint32_t drain_ms;          /* on SIGTERM, running requests get this long to finish */

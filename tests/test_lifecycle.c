@@ -91,20 +91,26 @@ static struct http_stream *open_running(int port, const char *prompt, char *firs
     return s;
 }
 
-/* A worker that finished loading says so through its eventfd: the front marks it ready (and
- * dispatches what waited for it) without waiting for a request or a /health call to look. */
-static bool says_ready(void *arg)
+/* A request that arrives while the only worker is still loading waits in the queue and is
+ * served as soon as the worker is ready: the worker says so through its eventfd, and the
+ * front dispatches then, with no later record or request to prompt it. */
+static void test_lifecycle_request_waits_for_a_loading_worker(void **state)
 {
-    return kiln_output_contains(arg, ") ready");
-}
-
-static void test_lifecycle_worker_ready_is_noticed_without_a_request(void **state)
-{
-    static const char *args[] = {"--model", "mock", "--workers", "1", NULL};
-    struct kiln_proc *p = front_start(args);
+    static const char *args[] = {"--model", "mock", "--workers", "1", "--mock-load-ms", "700",
+                                 "--mock-reply", MOCK_REPLY, NULL};
+    struct kiln_proc *p = kiln_start(args); /* not front_start: it waits for ready */
+    json_t *j = NULL;
     assert_non_null(p);
     *state = p;
-    assert_true(wait_until(says_ready, p, 5000));
+    /* front_call's own timeout bounds the wait; the front's no-worker bound is 15 s */
+    assert_int_equal(front_call(kiln_port(p), "POST", "/v1/completions",
+                                "{\"prompt\":\"hi\"}", &j, NULL),
+                     200);
+    const char *t = json_string_value(
+        json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
+    assert_non_null(t);
+    assert_string_equal(t, MOCK_REPLY);
+    json_decref(j);
 }
 
 static void test_lifecycle_sigterm_drains_a_running_stream_and_exits_0(void **state)
@@ -356,8 +362,7 @@ static void test_lifecycle_crash_cycles_leak_nothing(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_lifecycle_worker_ready_is_noticed_without_a_request,
-                                  teardown),
+        cmocka_unit_test_teardown(test_lifecycle_request_waits_for_a_loading_worker, teardown),
         cmocka_unit_test_teardown(test_lifecycle_sigterm_drains_a_running_stream_and_exits_0,
                                   teardown),
         cmocka_unit_test_teardown(test_lifecycle_drain_timeout_cancels_with_an_error_event,

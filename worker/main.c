@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -39,7 +40,7 @@ static void on_stop_signal(int sig)
 struct worker_args {
     long id, shm_fd, wake_fd, notify_fd, parent_pid;
     const char *model;
-    long max_sequences, max_prefill_tokens, ctx, threads, mock_delay_ms;
+    long max_sequences, max_prefill_tokens, ctx, threads, mock_delay_ms, mock_load_ms;
     const char *mock_reply;
     int mock_faults;
 };
@@ -51,7 +52,7 @@ static void usage(FILE *out)
             "                   --model mock|FILE.gguf [--parent-pid PID]\n"
             "                   [--max-sequences N] [--max-prefill-tokens N] [--ctx N]\n"
             "                   [--threads N (default: every core)] [--mock-reply TEXT]\n"
-            "                   [--mock-delay-ms N]\n"
+            "                   [--mock-delay-ms N] [--mock-load-ms N]\n"
             "                   [--mock-faults]\n");
 }
 
@@ -83,6 +84,7 @@ static int parse_args(int argc, char **argv, struct worker_args *a)
         {"threads", required_argument, NULL, 't'},
         {"mock-reply", required_argument, NULL, 'r'},
         {"mock-delay-ms", required_argument, NULL, 'd'},
+        {"mock-load-ms", required_argument, NULL, 'L'},
         {"mock-faults", no_argument, NULL, 'f'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -106,6 +108,7 @@ static int parse_args(int argc, char **argv, struct worker_args *a)
         case 'c': num = &a->ctx; min = 2; max = WIRE_MAX_PROMPT; break;
         case 't': num = &a->threads; max = 1024; break;
         case 'd': num = &a->mock_delay_ms; max = 3600000; break;
+        case 'L': num = &a->mock_load_ms; max = 3600000; break;
         case 'm': a->model = optarg; break;
         case 'r': a->mock_reply = optarg; break;
         case 'f': a->mock_faults = 1; break;
@@ -145,6 +148,13 @@ static struct model *load_model(const struct worker_args *a)
             .stop = &worker_stop,
         };
 
+        /* A simulated load time, so tests see a worker that is not ready yet. */
+        if (a->mock_load_ms > 0) {
+            struct timespec ts = {a->mock_load_ms / 1000, (a->mock_load_ms % 1000) * 1000000L};
+
+            while (nanosleep(&ts, &ts) < 0 && errno == EINTR && !worker_stop)
+                ;
+        }
         m = model_mock_create(&o, err, sizeof(err));
         if (!m)
             fprintf(stderr, "kiln-worker: mock model: %s\n", err);
