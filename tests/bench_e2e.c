@@ -20,50 +20,13 @@
 #include "../worker/model_llama.h"
 #include "lib/harness.h"
 #include "lib/http_client.h"
+#include "lib/bench_util.h"
 #include "lib/model_gen.h"
 
 #define PROMPT_TOKENS 16
 #define GEN_TOKENS    64
 #define MAX_STREAMS   16
 #define EVENT_TIMEOUT_MS 120000
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* GB/s of a plain read loop over 512 MiB, the best of three (as bench_model measures it). */
-static double read_bandwidth(void)
-{
-    size_t n = (512u << 20) / sizeof(uint64_t);
-    uint64_t *buf = malloc(n * sizeof(uint64_t));
-    double best = 0.0;
-    volatile uint64_t sink;
-
-    if (!buf)
-        return 0.0;
-    for (size_t i = 0; i < n; i++)
-        buf[i] = i;
-    for (int r = 0; r < 3; r++) {
-        uint64_t a = 0, b = 0, c = 0, d = 0;
-        double t0 = now();
-        for (size_t i = 0; i < n; i += 4) {
-            a += buf[i];
-            b += buf[i + 1];
-            c += buf[i + 2];
-            d += buf[i + 3];
-        }
-        double dt = now() - t0;
-        sink = a + b + c + d;
-        if ((double)(n * sizeof(uint64_t)) / dt / 1e9 > best)
-            best = (double)(n * sizeof(uint64_t)) / dt / 1e9;
-    }
-    (void)sink;
-    free(buf);
-    return best;
-}
 
 struct stream {
     int port;
@@ -89,7 +52,7 @@ static void *stream_main(void *arg)
         goto out;
     while ((rc = sse_next(s, &ev, EVENT_TIMEOUT_MS)) == 1 && !ev.done) {
         if (st->ttft < 0)
-            st->ttft = now() - st->t0;
+            st->ttft = bench_now() - st->t0;
         json_t *j = json_loads(ev.data, 0, NULL);
         json_t *u = j ? json_object_get(j, "usage") : NULL;
         if (u && json_is_object(u))
@@ -99,7 +62,7 @@ static void *stream_main(void *arg)
     if (rc < 0)
         st->status = rc;
 out:
-    st->end = now();
+    st->end = bench_now();
     http_stream_close(s);
     return NULL;
 }
@@ -115,7 +78,7 @@ static int run_level(int port, int c, uint32_t n_vocab, int salt, const char *la
 {
     struct stream st[MAX_STREAMS];
     pthread_t th[MAX_STREAMS];
-    double ttft[MAX_STREAMS], t0 = now(), last = t0;
+    double ttft[MAX_STREAMS], t0 = bench_now(), last = t0;
     int total = 0, ok = 0;
 
     for (int i = 0; i < c; i++) {
@@ -224,7 +187,7 @@ int main(void)
         perror(dir);
         return 1;
     }
-    double bw = read_bandwidth();
+    double bw = bench_read_bandwidth();
     printf("memory read bandwidth: %.1f GB/s (one thread, plain loop); %d-token prompts, %d "
            "tokens out, EOS ignored, temperature 0\n",
            bw, PROMPT_TOKENS, GEN_TOKENS);

@@ -19,45 +19,8 @@
 
 #include "../worker/kernels.h"
 #include "../worker/model_llama.h"
+#include "lib/bench_util.h"
 #include "lib/model_gen.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* GB/s of a plain read loop over 512 MiB, the best of three. */
-static double read_bandwidth(void)
-{
-    size_t n = (512u << 20) / sizeof(uint64_t);
-    uint64_t *buf = malloc(n * sizeof(uint64_t));
-    double best = 0.0;
-    volatile uint64_t sink;
-
-    if (!buf)
-        return 0.0;
-    for (size_t i = 0; i < n; i++)
-        buf[i] = i;
-    for (int r = 0; r < 3; r++) {
-        uint64_t a = 0, b = 0, c = 0, d = 0;
-        double t0 = now();
-        for (size_t i = 0; i < n; i += 4) {
-            a += buf[i];
-            b += buf[i + 1];
-            c += buf[i + 2];
-            d += buf[i + 3];
-        }
-        double dt = now() - t0;
-        sink = a + b + c + d;
-        if ((double)(n * sizeof(uint64_t)) / dt / 1e9 > best)
-            best = (double)(n * sizeof(uint64_t)) / dt / 1e9;
-    }
-    (void)sink;
-    free(buf);
-    return best;
-}
 
 static double cpu_now(void)
 {
@@ -120,12 +83,12 @@ static void bench_one(const char *path, int threads, double bw)
         if (plen[i] > 512)
             plen[i] = 512;
         fill_prompt(prompt, (uint32_t)plen[i], nv, (uint32_t)i);
-        double t0 = now();
+        double t0 = bench_now();
         if (model_prefill(m, 0, prompt, (uint32_t)plen[i], lg) < 0) {
             printf("  prefill: %s\n", m->error);
             break;
         }
-        double dt = now() - t0;
+        double dt = bench_now() - t0;
         printf("  prompt %3d tokens: %8.1f tok/s (%.2f s)\n", plen[i], plen[i] / dt, dt);
         model_seq_free(m, 0);
     }
@@ -142,11 +105,11 @@ static void bench_one(const char *path, int threads, double bw)
         (void)model_decode_batch(m, slots, toks, b, lg, res); /* warm */
         double dt = 1e30, dc = 0.0;
         for (int rep = 0; rep < 3; rep++) { /* best of 3: the machine may be shared */
-            double t0 = now(), c0 = cpu_now();
+            double t0 = bench_now(), c0 = cpu_now();
             for (int st = 0; st < steps; st++)
                 (void)model_decode_batch(m, slots, toks, b, lg, res);
-            if (now() - t0 < dt) {
-                dt = now() - t0;
+            if (bench_now() - t0 < dt) {
+                dt = bench_now() - t0;
                 dc = cpu_now() - c0;
             }
         }
@@ -182,7 +145,7 @@ int main(void)
         perror(dir);
         return 1;
     }
-    double bw = read_bandwidth();
+    double bw = bench_read_bandwidth();
     printf("memory read bandwidth: %.1f GB/s (one thread, plain loop)\n", bw);
     for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
         struct stat st;
