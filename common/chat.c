@@ -216,37 +216,7 @@ static int parse_role(const char *r)
     return -1;
 }
 
-/* "<|im_start|>{role}\n{content}<|im_end|>\n", as Qwen's and SmolLM's templates write it. No
- * default system message is added (Qwen 2's template adds one; that is Qwen's choice). */
-static void render_chatml(struct sb *b, const struct chat_msg *m, size_t n, bool gen)
-{
-    for (size_t i = 0; i < n; i++) {
-        sb_put(b, "<|im_start|>");
-        sb_put(b, m[i].role);
-        sb_put(b, "\n");
-        sb_content(b, m[i].content);
-        sb_put(b, "<|im_end|>\n");
-    }
-    if (gen)
-        sb_put(b, "<|im_start|>assistant\n");
-}
 
-/* Llama 3: BOS once, each message's content trimmed, the header of the assistant's turn as
- * the generation prompt. */
-static void render_llama3(struct sb *b, const struct chat_template *t, const struct chat_msg *m,
-                          size_t n, bool gen)
-{
-    sb_put(b, t->bos);
-    for (size_t i = 0; i < n; i++) {
-        sb_put(b, "<|start_header_id|>");
-        sb_put(b, m[i].role);
-        sb_put(b, "<|end_header_id|>\n\n");
-        sb_content_trimmed(b, m[i].content);
-        sb_put(b, "<|eot_id|>");
-    }
-    if (gen)
-        sb_put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-}
 
 /* Families without a system role (Llama 2, Mistral, Gemma) hold a system message and fold it
  * into the next user turn; the official templates handle only a leading one, and this is the
@@ -272,6 +242,59 @@ static void llama2_user(struct sb *b, const struct chat_template *t, const char 
         sb_content_trimmed(b, content);
     }
     sb_put(b, " [/INST]");
+}
+
+/* The families that frame each message as an opening marker, the role, a closing marker,
+ * the content and an end marker, and prompt the assistant with its opening:
+ *   chatml  "<|im_start|>{role}\n{content}<|im_end|>\n" (Qwen, SmolLM; no default system
+ *           message is added: Qwen 2's template adds one, that is Qwen's choice)
+ *   llama3  BOS, "<|start_header_id|>{role}<|end_header_id|>\n\n{content, trimmed}<|eot_id|>"
+ *   zephyr  "<|{role}|>\n{content}{EOS}\n"
+ *   phi3    "<|{role}|>\n{content}<|end|>\n", ending with EOS when there is no generation
+ *           prompt, as its official template does */
+struct headed_markup {
+    bool bos;             /* write the template's BOS text first */
+    const char *open;     /* before the role */
+    const char *after;    /* after the role */
+    bool trim;            /* content trimmed of surrounding white space */
+    bool eos_end;         /* the template's EOS text ends each message, before end */
+    const char *end;      /* after the content */
+    const char *gen;      /* the generation prompt */
+    bool eos_without_gen; /* no generation prompt: the EOS text ends the prompt */
+};
+
+static const struct headed_markup headed_chatml = {
+    false, "<|im_start|>", "\n", false, false, "<|im_end|>\n", "<|im_start|>assistant\n", false};
+static const struct headed_markup headed_llama3 = {
+    true,  "<|start_header_id|>", "<|end_header_id|>\n\n", true, false, "<|eot_id|>",
+    "<|start_header_id|>assistant<|end_header_id|>\n\n", false};
+static const struct headed_markup headed_zephyr = {
+    false, "<|", "|>\n", false, true, "\n", "<|assistant|>\n", false};
+static const struct headed_markup headed_phi3 = {
+    false, "<|", "|>\n", false, false, "<|end|>\n", "<|assistant|>\n", true};
+
+static void render_headed(struct sb *b, const struct chat_template *t,
+                          const struct headed_markup *k, const struct chat_msg *m, size_t n,
+                          bool gen)
+{
+    if (k->bos)
+        sb_put(b, t->bos);
+    for (size_t i = 0; i < n; i++) {
+        sb_put(b, k->open);
+        sb_put(b, m[i].role);
+        sb_put(b, k->after);
+        if (k->trim)
+            sb_content_trimmed(b, m[i].content);
+        else
+            sb_content(b, m[i].content);
+        if (k->eos_end)
+            sb_put(b, t->eos);
+        sb_put(b, k->end);
+    }
+    if (gen)
+        sb_put(b, k->gen);
+    else if (k->eos_without_gen)
+        sb_put(b, t->eos);
 }
 
 static void render_llama2(struct sb *b, const struct chat_template *t, const struct chat_msg *m,
@@ -365,37 +388,7 @@ static void render_folded(struct sb *b, const struct chat_template *t,
         sb_put(b, f->gen);
 }
 
-/* Zephyr (and TinyLlama chat): "<|{role}|>\n{content}</s>\n"; the newline after EOS is the
- * template's own text between its Jinja tags. Generation prompt "<|assistant|>\n". */
-static void render_zephyr(struct sb *b, const struct chat_template *t, const struct chat_msg *m,
-                          size_t n, bool gen)
-{
-    for (size_t i = 0; i < n; i++) {
-        sb_put(b, "<|");
-        sb_put(b, m[i].role);
-        sb_put(b, "|>\n");
-        sb_content(b, m[i].content);
-        sb_put(b, t->eos);
-        sb_put(b, "\n");
-    }
-    if (gen)
-        sb_put(b, "<|assistant|>\n");
-}
 
-/* Phi-3: "<|{role}|>\n{content}<|end|>\n", then "<|assistant|>\n"; without a generation
- * prompt the official template closes with the EOS text, and so does kiln. */
-static void render_phi3(struct sb *b, const struct chat_template *t, const struct chat_msg *m,
-                        size_t n, bool gen)
-{
-    for (size_t i = 0; i < n; i++) {
-        sb_put(b, "<|");
-        sb_put(b, m[i].role);
-        sb_put(b, "|>\n");
-        sb_content(b, m[i].content);
-        sb_put(b, "<|end|>\n");
-    }
-    sb_put(b, gen ? "<|assistant|>\n" : t->eos);
-}
 
 /* Fallback: "{role}: {content}\n" per message, then "assistant:" as the generation prompt. */
 static void render_fallback(struct sb *b, const struct chat_msg *m, size_t n, bool gen)
@@ -480,12 +473,20 @@ char *chat_render_spans(const struct chat_template *t, const struct chat_msg *ms
     }
     sb_put(&b, ""); /* an empty conversation still gives a string */
     switch (t->family) {
-    case CHAT_FAMILY_CHATML: render_chatml(&b, m, n, add_generation_prompt); break;
+    case CHAT_FAMILY_CHATML:
+        render_headed(&b, t, &headed_chatml, m, n, add_generation_prompt);
+        break;
     case CHAT_FAMILY_LLAMA2: render_llama2(&b, t, m, n); break;
-    case CHAT_FAMILY_LLAMA3: render_llama3(&b, t, m, n, add_generation_prompt); break;
+    case CHAT_FAMILY_LLAMA3:
+        render_headed(&b, t, &headed_llama3, m, n, add_generation_prompt);
+        break;
     case CHAT_FAMILY_MISTRAL: render_folded(&b, t, &mistral_markup, m, n, false); break;
-    case CHAT_FAMILY_ZEPHYR: render_zephyr(&b, t, m, n, add_generation_prompt); break;
-    case CHAT_FAMILY_PHI3: render_phi3(&b, t, m, n, add_generation_prompt); break;
+    case CHAT_FAMILY_ZEPHYR:
+        render_headed(&b, t, &headed_zephyr, m, n, add_generation_prompt);
+        break;
+    case CHAT_FAMILY_PHI3:
+        render_headed(&b, t, &headed_phi3, m, n, add_generation_prompt);
+        break;
     case CHAT_FAMILY_GEMMA:
         render_folded(&b, t, &gemma_markup, m, n, add_generation_prompt);
         break;
