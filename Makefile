@@ -44,7 +44,7 @@ $(B)/obj/worker/kernels_avx2.o:   override CFLAGS += -mavx2 -mfma -mf16c
 $(B)/obj/worker/kernels_avx512.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl \
                                    -mavx512vnni -mavx2 -mfma -mf16c
 
-.PHONY: all bins tests benches test test-unit test-asan test-tsan test-openai bench run deps fuzz clean
+.PHONY: all bins tests benches test test-unit test-asan test-tsan test-openai bench run deps deps-test fuzz clean
 all: bins
 bins: $(BINS)
 tests: $(TESTS)
@@ -79,7 +79,7 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(LIBTEST) $(ALL_LIBS)
 TEST_ENV = KILN_BIN_DIR=$(CURDIR)/$(B) KILN_SHARED=$(CURDIR)/../shared
 run_tests = set -e; for t in $(1); do echo "== $$t"; $(TEST_ENV) $$t; done
 
-test: deps
+test: deps-test
 	$(MAKE) bins tests
 	$(MAKE) test-unit
 	$(MAKE) test-asan
@@ -112,9 +112,11 @@ bench: bins benches
 # `make run` serves MODEL: by default models/stories260K.gguf, fetched from Hugging Face and
 # checked against its sha256 when missing (a short timeout: no network is fine), else
 # ../shared/models/stories260K.gguf. MODEL=path.gguf serves any other, MODEL=mock the mock.
+# The URL is the one llama.cpp's own server tests use (repository ggml-org/models, file
+# tinyllamas/stories260K.gguf).
 MODEL ?=
 STORIES     = models/stories260K.gguf
-STORIES_URL = https://huggingface.co/ggml-org/tiny-llamas/resolve/main/stories260K.gguf
+STORIES_URL = https://huggingface.co/ggml-org/models/resolve/main/tinyllamas/stories260K.gguf
 STORIES_SHA = 270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d
 run: deps
 	$(MAKE) bins
@@ -140,9 +142,13 @@ $(STORIES):
 	fi
 
 # Install what is missing (Debian 12). As root it runs apt-get; otherwise it prints the command.
-DEBS = build-essential pkg-config libevent-dev libmsgpack-dev liburing-dev libcmocka-dev \
-       libjansson-dev libpcre2-dev curl prometheus
-deps:
+# `deps` is what building and serving need (`make run`); `deps-test` adds what only the tests
+# use: cmocka, and prometheus for promtool's check of /metrics.
+DEBS      = build-essential pkg-config libevent-dev libmsgpack-dev liburing-dev \
+            libjansson-dev libpcre2-dev curl
+TEST_DEBS = libcmocka-dev prometheus
+deps-test: override DEBS += $(TEST_DEBS)
+deps deps-test:
 	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
