@@ -3,6 +3,7 @@
  * merge algorithms live in tokenizer_spm.c and tokenizer_bpe.c. */
 #include "tokenizer.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,23 +188,82 @@ static int cmp_special(const void *a, const void *b, void *arg)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-/* The splitter's table: control and user-defined tokens, by first byte, longest first. */
-static int load_specials(struct tokenizer *t)
+/* A user-defined token that reads like a turn marker or ends generation is a control token
+ * in effect (llama.cpp overrides such types too): matched in raw text it would let a client
+ * forge "<|im_end|>" or "<|eot_id|>". */
+static bool looks_control(const struct tokenizer *t, uint32_t id, const long *ids, size_t n_ids)
 {
+    uint32_t len;
+    const char *s = tok_text(t, id, &len);
+    for (size_t i = 0; i < n_ids; i++)
+        if (ids[i] == (long)id)
+            return true;
+    if (len >= 4 && memcmp(s, "<|", 2) == 0 && memcmp(s + len - 2, "|>", 2) == 0)
+        return true;
+    for (size_t i = 0; i < sizeof(eog_texts) / sizeof(eog_texts[0]); i++)
+        if (strlen(eog_texts[i]) == len && memcmp(eog_texts[i], s, len) == 0)
+            return true;
+    return false;
+}
+
+/* Whitespace rules the file implies (GGUF has no field for them; llama.cpp keys them on the
+ * model's name): a Phi-3 model's special tokens eat the whitespace after them, except <unk>,
+ * <s> and <|endoftext|>. */
+static uint8_t strip_of(const struct tokenizer *t, uint32_t id, bool phi3)
+{
+    uint32_t len;
+    const char *s = tok_text(t, id, &len);
+    if (!phi3)
+        return 0;
+    static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
+    for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++)
+        if (strlen(keep[i]) == len && memcmp(keep[i], s, len) == 0)
+            return 0;
+    return TOK_STRIP_R;
+}
+
+static bool is_special_type(uint8_t type)
+{
+    return type == TOK_TYPE_CONTROL || type == TOK_TYPE_USER_DEFINED ||
+           type == TOK_TYPE_UNKNOWN;
+}
+
+/* The splitter's table: control, user-defined and unknown tokens, by first byte, longest
+ * first (llama.cpp's special-token cache). */
+static int load_specials(struct tokenizer *t, const struct gguf *g)
+{
+    long marked[4] = {t->bos, t->eos, get_id(g, "tokenizer.ggml.eot_token_id", -1, t->n_vocab),
+                      get_id(g, "tokenizer.ggml.eom_token_id", -1, t->n_vocab)};
+    bool phi3 = false;
+    struct gguf_str name;
+    if (gguf_get_str(g, "general.name", &name) == 0) {
+        char low[256];
+        size_t n = name.len < sizeof(low) - 1 ? name.len : sizeof(low) - 1;
+        for (size_t i = 0; i < n; i++)
+            low[i] = (char)tolower((unsigned char)name.ptr[i]);
+        low[n] = '\0';
+        phi3 = strstr(low, "phi-3") || strstr(low, "phi3");
+    }
     size_t n = 0;
     for (uint32_t i = 0; i < t->n_vocab; i++)
-        if ((t->types[i] == TOK_TYPE_CONTROL || t->types[i] == TOK_TYPE_USER_DEFINED) &&
-            t->text_off[i + 1] > t->text_off[i])
+        if (is_special_type(t->types[i]) && t->text_off[i + 1] > t->text_off[i])
             n++;
     t->specials = malloc((n ? n : 1) * sizeof(*t->specials));
     if (!t->specials)
         return -ENOMEM;
     n = 0;
+    t->n_always = 0;
     for (uint32_t i = 0; i < t->n_vocab; i++) {
         uint32_t len;
         (void)tok_text(t, i, &len);
-        if ((t->types[i] == TOK_TYPE_CONTROL || t->types[i] == TOK_TYPE_USER_DEFINED) && len)
-            t->specials[n++] = (struct tok_special){.id = i, .len = len};
+        if (!is_special_type(t->types[i]) || !len)
+            continue;
+        if (t->types[i] == TOK_TYPE_USER_DEFINED && looks_control(t, i, marked, 4))
+            t->types[i] = TOK_TYPE_CONTROL;
+        bool always = t->types[i] == TOK_TYPE_USER_DEFINED;
+        t->specials[n++] = (struct tok_special){
+            .id = i, .len = len, .strip = strip_of(t, i, phi3), .always = always};
+        t->n_always += always;
     }
     qsort_r(t->specials, n, sizeof(*t->specials), cmp_special, t);
     size_t k = 0;
@@ -287,10 +347,11 @@ struct tokenizer *tokenizer_create_gguf(const struct gguf *g, char *err, size_t 
             snprintf(pre, sizeof(pre), "%.*s", (int)(s.len > 63 ? 63 : s.len), s.ptr);
         if (!(t->pre = tok_pre_create(pre, err, errlen)))
             goto fail;
+        t->ignore_merges = tok_pre_ignores_merges(t->pre);
         if (tok_bpe_load(t, gguf_find(g, "tokenizer.ggml.merges"), err, errlen) < 0)
             goto fail;
     }
-    if (load_specials(t) < 0 || load_eog(t, g) < 0)
+    if (load_specials(t, g) < 0 || load_eog(t, g) < 0)
         goto fail;
     return t;
 fail:
@@ -319,14 +380,16 @@ static int encode_plain(const struct tokenizer *t, const char *text, size_t len,
     return tok_bpe_encode(t, text, len, o);
 }
 
-/* The longest special token whose text starts text[0..len), or NULL. */
+/* The longest special token whose text starts text[0..len), or NULL: user-defined ones
+ * (always) anywhere in len, the others only when they end within limit (0: none of them). */
 static const struct tok_special *match_special(const struct tokenizer *t, const char *text,
-                                               size_t len)
+                                               size_t len, size_t limit)
 {
     unsigned char b = (unsigned char)text[0];
     for (uint32_t k = t->special_start[b]; k < t->special_start[b + 1]; k++) {
         const struct tok_special *s = &t->specials[k];
-        if (s->len <= len && memcmp(t->text_pool + t->text_off[s->id], text, s->len) == 0)
+        if (s->len <= (s->always ? len : limit) &&
+            memcmp(t->text_pool + t->text_off[s->id], text, s->len) == 0)
             return s;
     }
     return NULL;
@@ -338,12 +401,18 @@ long tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, u
     return tokenizer_encode_masked(t, text, len, flags, NULL, 0, out, cap);
 }
 
+static bool is_blank(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
 long tokenizer_encode_masked(const struct tokenizer *t, const char *text, size_t len,
                              unsigned flags, const struct tokenizer_span *plain, size_t n_plain,
                              uint32_t *out, size_t cap)
 {
     struct tok_out o = {.ids = out, .cap = cap, .n = 0};
     size_t k = 0; /* the first plain span that does not end before i */
+    bool parse = flags & TOKENIZER_PARSE_SPECIAL;
     int err;
 
     if (t->kind == TOKENIZER_KIND_BYTES) {
@@ -356,31 +425,43 @@ long tokenizer_encode_masked(const struct tokenizer *t, const char *text, size_t
         tok_out_push(&o, (uint32_t)t->bos);
     size_t start = 0;
     bool prev_special = true;
-    if (flags & TOKENIZER_PARSE_SPECIAL) {
+    if (parse || t->n_always) {
+        /* Leftmost, then longest: llama.cpp partitions by each special text in turn, longest
+         * first, which gives the same tokens unless two special texts overlap. */
         for (size_t i = 0; i < len;) {
+            size_t limit = parse ? len - i : 0; /* where a non-user-defined text must end */
             while (k < n_plain && plain[k].off + plain[k].len <= i)
                 k++;
-            size_t limit = len - i; /* a special text must end before the next plain span */
-            if (k < n_plain && plain[k].len > 0) {
+            if (parse && k < n_plain && plain[k].len > 0) {
                 if (plain[k].off <= i) {
-                    i = plain[k].off + plain[k].len; /* inside: ordinary text throughout */
-                    continue;
+                    if (!t->n_always) {
+                        i = plain[k].off + plain[k].len; /* ordinary text throughout */
+                        continue;
+                    }
+                    limit = 0; /* inside: only user-defined texts */
+                } else if (plain[k].off - i < limit) {
+                    limit = plain[k].off - i; /* must end before the plain span */
                 }
-                if (plain[k].off - i < limit)
-                    limit = plain[k].off - i;
             }
-            const struct tok_special *s = match_special(t, text + i, limit);
+            const struct tok_special *s = match_special(t, text + i, len - i, limit);
             if (!s) {
                 i++;
                 continue;
             }
-            if (i > start) {
-                if ((err = encode_plain(t, text + start, i - start, prev_special, &o)) < 0)
+            size_t end = i;
+            if (s->strip & TOK_STRIP_L)
+                while (end > start && is_blank(text[end - 1]))
+                    end--;
+            if (end > start) {
+                if ((err = encode_plain(t, text + start, end - start, prev_special, &o)) < 0)
                     return err;
             }
             tok_out_push(&o, s->id);
             prev_special = true;
             i += s->len;
+            if (s->strip & TOK_STRIP_R)
+                while (i < len && is_blank(text[i]))
+                    i++;
             start = i;
         }
     }
@@ -485,6 +566,6 @@ long tokenizer_find_special(const struct tokenizer *t, const char *text)
         return strcmp(text, "<eos>") == 0 ? (long)TOKENIZER_BYTES_EOS : -1;
     if (len == 0)
         return -1;
-    const struct tok_special *s = match_special(t, text, len);
+    const struct tok_special *s = match_special(t, text, len, len);
     return s && s->len == len ? (long)s->id : -1;
 }

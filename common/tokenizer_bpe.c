@@ -132,7 +132,39 @@ struct bpe_ctx {
     struct bpe_sym *sym;
     size_t sym_cap;
     struct tok_heap heap;
+    char *word;      /* the word in byte-level characters, for whole-word look-ups */
+    size_t word_cap;
 };
+
+/* The token whose text is the whole word, or TOK_NONE: pre-tokenizers with "ignore_merges"
+ * (Llama 3's, Tekken's) take such a word as one token without running the merges, as the
+ * Hugging Face tokenizer does. */
+static uint32_t whole_word(struct bpe_ctx *c, const unsigned char *w, size_t len)
+{
+    const struct tokenizer *t = c->t;
+    size_t n = 0;
+    if (len > t->max_token_len)
+        return TOK_NONE; /* every character is at least one byte */
+    if (2 * len > c->word_cap) {
+        size_t cap = 2 * len < 256 ? 256 : 4 * len;
+        char *b = realloc(c->word, cap);
+        if (!b)
+            return TOK_NONE; /* the merges give a valid answer anyway */
+        c->word = b;
+        c->word_cap = cap;
+    }
+    for (size_t i = 0; i < len; i++) {
+        uint32_t cl;
+        if (t->char_ids[w[i]] == TOK_NONE)
+            return TOK_NONE;
+        const char *ch = tok_text(t, t->char_ids[w[i]], &cl);
+        if (cl > 2 || n + cl > c->word_cap)
+            return TOK_NONE;
+        memcpy(c->word + n, ch, cl);
+        n += cl;
+    }
+    return tok_text_map_get(&t->by_text, t, c->word, n);
+}
 
 /* Queue the merge of left and right if there is one: lowest rank first, ties leftmost. The
  * heap never outgrows 3 entries per byte of the word (one per initial pair and two per
@@ -166,6 +198,13 @@ static int bpe_word(void *arg, size_t off, size_t len)
         if (id != TOK_NONE || t->unk >= 0)
             tok_out_push(c->o, id != TOK_NONE ? id : (uint32_t)t->unk);
         return 0;
+    }
+    if (t->ignore_merges) {
+        uint32_t id = whole_word(c, w, len);
+        if (id != TOK_NONE) {
+            tok_out_push(c->o, id);
+            return 0;
+        }
     }
     if (len > c->sym_cap) {
         size_t cap = len < 256 ? 256 : 2 * len;
@@ -215,6 +254,7 @@ int tok_bpe_encode(const struct tokenizer *t, const char *text, size_t len, stru
     struct bpe_ctx c = {.t = t, .text = text, .o = o};
     int err = tok_pre_split(t->pre, text, len, bpe_word, &c);
     free(c.sym);
+    free(c.word);
     tok_heap_free(&c.heap);
     return err;
 }

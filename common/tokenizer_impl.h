@@ -46,10 +46,20 @@ struct tok_pair_map {
 
 struct tok_pre; /* compiled pre-tokenizer regexes (tokenizer_pre.c) */
 
-/* A special token for the input splitter: texts are matched longest first. */
+/* How a special token treats the whitespace around it in the input (llama.cpp's token
+ * attributes): LSTRIP eats the whitespace before it, RSTRIP the whitespace after it. */
+#define TOK_STRIP_L 1u
+#define TOK_STRIP_R 2u
+
+/* A special token for the input splitter: texts are matched longest first. always: a
+ * user-defined token, matched in raw text even when special tokens are not parsed (as the
+ * Hugging Face tokenizers and llama.cpp do); control and unknown tokens are matched only with
+ * TOKENIZER_PARSE_SPECIAL. */
 struct tok_special {
     uint32_t id;
     uint32_t len;
+    uint8_t strip; /* TOK_STRIP_* */
+    bool always;
 };
 
 struct tokenizer {
@@ -72,11 +82,13 @@ struct tokenizer {
     /* BPE */
     struct tok_pair_map merges;
     struct tok_pre *pre;
+    bool ignore_merges; /* a word that is a token is that token (tok_pre_ignores_merges) */
     uint32_t char_ids[256]; /* the token of each byte's GPT-2 unicode char */
 
     /* Special tokens, grouped by first byte; each group longest first. */
     struct tok_special *specials;
     uint32_t special_start[257]; /* group of byte b: [special_start[b], special_start[b+1]) */
+    size_t n_always;             /* how many specials are matched without PARSE_SPECIAL */
 
     long bos, eos, unk;
     bool add_bos, add_eos;
@@ -141,6 +153,8 @@ size_t tok_bpe_decode_text(const char *s, size_t len, char *buf, size_t cap);
 /* Pre-tokenizer of tokenizer.ggml.pre: NULL with a message naming an unknown name. */
 struct tok_pre *tok_pre_create(const char *name, char *err, size_t errlen);
 void tok_pre_destroy(struct tok_pre *p);
+/* Whether words that are whole tokens skip the merges (Llama 3's and Tekken's tokenizers). */
+bool tok_pre_ignores_merges(const struct tok_pre *p);
 /* Split text into words; calls word(arg, off, len) for each in order, covering every byte.
  * Returns 0, the first non-zero return of word, or -ENOMEM. Invalid UTF-8 bytes become
  * words of their own. */

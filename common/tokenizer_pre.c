@@ -25,21 +25,51 @@
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|" \
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define RE_CJK "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+"
+/* The o200k split (GPT-4o; Phi-4-mini, Llama 4): case runs of letters with an optional
+ * contraction, digits in threes. PCRE2 has the Unicode classes, so it is the published
+ * pattern itself. */
+#define RE_LETTERS_UPPER "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
+#define RE_LETTERS_LOWER "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
+#define RE_GPT4O                                                                               \
+    "[^\\r\\n\\p{L}\\p{N}]?" RE_LETTERS_UPPER "*" RE_LETTERS_LOWER "+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|" \
+    "[^\\r\\n\\p{L}\\p{N}]?" RE_LETTERS_UPPER "+" RE_LETTERS_LOWER "*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|" \
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+/* Mistral's Tekken (Mistral Nemo, Pixtral): as above without contractions, single digits. */
+#define RE_TEKKEN                                                                              \
+    "[^\\r\\n\\p{L}\\p{N}]?" RE_LETTERS_UPPER "*" RE_LETTERS_LOWER "+|"                      \
+    "[^\\r\\n\\p{L}\\p{N}]?" RE_LETTERS_UPPER "+" RE_LETTERS_LOWER "*|"                      \
+    "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+/* BLOOM's and Poro's: anything but blanks and a few punctuation marks. */
+#define RE_BLOOM " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{964}\\x{6D4}\\x{60C})]+"
 
 struct pre_def {
     const char *names; /* '|'-separated tokenizer.ggml.pre values */
+    bool ignore_merges; /* a word that is a whole token is taken as it is */
     const char *re[PRE_MAX_RE];
 };
 
+/* The names are those llama.cpp's converter writes (its list of tokenizer hashes) and its
+ * loader accepts; each maps to the split its tokenizer.json publishes. Families that use
+ * SentencePiece (Llama 2, Mistral 7B, Gemma, Phi-3) have no pre-tokenizer at all. */
 static const struct pre_def pre_defs[] = {
-    {"default|gpt2|gpt-2|mpt|olmo|jais", {RE_GPT2}},
-    {"llama-bpe|llama3|dbrx|smaug-bpe", {RE_LLAMA3}},
-    {"qwen2", {RE_QWEN2}},
-    {"smollm|starcoder|refact|command-r|codeshell|exaone", {"\\p{N}", RE_GPT2}},
-    {"falcon", {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]"}},
+    /* llama.cpp's own default, also what a file without tokenizer.ggml.pre gets */
+    {"default", false, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
+    {"gpt2|gpt-2|phi-2|mpt|olmo|jais|exaone4|trillion|granite-docling|gigachat|"
+     "a.x-4.0|mellum",
+     false, {RE_GPT2}},
+    {"llama-bpe|llama3|llama-v3|falcon3|falcon-h1|pixtral|midm-2.0|lfm2", true, {RE_LLAMA3}},
+    {"dbrx|smaug-bpe|glm4|chatglm-bpe", false, {RE_LLAMA3}},
+    {"qwen2|deepseek-r1-qwen|megrez|stablelm2|hunyuan|kormo", false, {RE_QWEN2}},
+    {"gpt-4o|llama4", false, {RE_GPT4O}},
+    {"tekken", true, {RE_TEKKEN}},
+    {"poro-chat|bloom|gpt3-finnish", false, {RE_BLOOM}},
+    {"viking", false, {RE_BLOOM, "\\p{N}"}},
+    {"smollm|starcoder|refact|command-r|codeshell|exaone|minerva-7b", false, {"\\p{N}", RE_GPT2}},
+    {"falcon", false, {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]"}},
     /* DeepSeek LLM's letter class is the cased letters (Lu, Ll, Lt) of its Unicode version,
      * spelled out as its tokenizer publishes it. */
     {"deepseek-llm",
+     false,
      {"[\\r\\n]",
       "\\s?[A-Za-z\\x{B5}\\x{C0}-\\x{D6}\\x{D8}-\\x{F6}\\x{F8}-\\x{1BA}\\x{1BC}-\\x{1BF}"
       "\\x{1C4}-\\x{293}\\x{295}-\\x{2AF}\\x{370}-\\x{373}\\x{376}\\x{377}\\x{37B}-\\x{37D}"
@@ -60,11 +90,12 @@ static const struct pre_def pre_defs[] = {
       "\\x{10400}-\\x{1044F}\\x{104B0}-\\x{104D3}\\x{104D8}-\\x{104FB}\\x{10C80}-\\x{10CB2}"
       "\\x{10CC0}-\\x{10CF2}\\x{118A0}-\\x{118DF}\\x{1E900}-\\x{1E943}]+",
       "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+", "\\s+$", RE_CJK, "\\p{N}+"}},
-    {"deepseek-coder", {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", RE_CJK, "\\p{N}"}},
+    {"deepseek-coder", false, {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", RE_CJK, "\\p{N}"}},
 };
 
 struct tok_pre {
     size_t n;
+    bool ignore_merges;
     pcre2_code *re[PRE_MAX_RE];
 };
 
@@ -96,6 +127,7 @@ struct tok_pre *tok_pre_create(const char *name, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    p->ignore_merges = def->ignore_merges;
     for (; p->n < PRE_MAX_RE && def->re[p->n]; p->n++) {
         int code;
         PCRE2_SIZE at;
@@ -112,6 +144,11 @@ struct tok_pre *tok_pre_create(const char *name, char *err, size_t errlen)
         (void)pcre2_jit_compile(p->re[p->n], PCRE2_JIT_COMPLETE); /* else interpreted */
     }
     return p;
+}
+
+bool tok_pre_ignores_merges(const struct tok_pre *p)
+{
+    return p->ignore_merges;
 }
 
 void tok_pre_destroy(struct tok_pre *p)

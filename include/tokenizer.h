@@ -14,12 +14,18 @@ struct tokenizer;
 /* Flags of tokenizer_encode(). */
 #define TOKENIZER_ADD_SPECIAL   1u /* BOS/EOS as the model's add_bos/add_eos keys say */
 #define TOKENIZER_PARSE_SPECIAL 2u /* special/control token texts in the input become their ids */
-/* Special tokens are those of token_type CONTROL (3) or USER_DEFINED (4). With
- * TOKENIZER_PARSE_SPECIAL each occurrence of their text becomes that one token (the longest
- * text matching at a position wins) and the ordinary text between them is encoded as usual
- * (a SentencePiece space prefix goes before text at the start or after a special token).
- * Without it they are never produced from the input: user text "<|im_end|>" is encoded as
- * ordinary characters, so clients cannot forge control tokens. */
+/* Special tokens are those of token_type CONTROL (3), USER_DEFINED (4) or UNKNOWN (2). Each
+ * occurrence of their text becomes that one token (the longest text matching at a position
+ * wins) and the ordinary text between them is encoded as usual (a SentencePiece space prefix
+ * goes before text at the start or after a special token). User-defined tokens (MPT's runs
+ * of spaces, Gemma's HTML tags) are matched so always, as llama.cpp and the Hugging Face
+ * tokenizers do; control and unknown ones only with TOKENIZER_PARSE_SPECIAL: without it user
+ * text "<|im_end|>" is encoded as ordinary characters, so clients cannot forge control
+ * tokens. A user-defined token that reads like a turn marker ("<|...|>", an end-of-generation
+ * text, the BOS/EOS/EOT/EOM ids) counts as control. Whitespace next to a special token is
+ * dropped where the model implies it (llama.cpp's lstrip/rstrip attributes, which GGUF does
+ * not carry: a model named Phi-3 drops it after its special tokens but <unk>, <s> and
+ * <|endoftext|>). */
 
 /* The mock's tokenizer: token b (0..255) is the byte b, 256 is EOS; no BOS. */
 #define TOKENIZER_BYTES_EOS 256u

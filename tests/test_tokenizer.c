@@ -436,7 +436,7 @@ static void test_tokenizer_parse_special_makes_one_token(void **state)
     assert_int_equal(tokenizer_piece(fx->t, fx->user, false, buf, sizeof(buf)), 6);
 }
 
-static void test_tokenizer_special_text_is_plain_without_parse_special(void **state)
+static void test_tokenizer_control_text_is_plain_without_parse_special(void **state)
 {
     struct bpe_fixture *fx = *state;
     uint32_t ids[64];
@@ -444,7 +444,8 @@ static void test_tokenizer_special_text_is_plain_without_parse_special(void **st
     const char *s = "hi<|im_end|><tool>";
     long n = encode(fx->t, s, 0, ids, 64);
     assert_false(contains(ids, (size_t)n, fx->im_end));
-    assert_false(contains(ids, (size_t)n, fx->user));
+    /* a user-defined token is matched in raw text all the same (llama.cpp does) */
+    assert_int_equal(ids[n - 1], fx->user);
     assert_int_equal(ids[0], fx->hi);
     size_t len = decode_all(fx->t, ids, (size_t)n, buf, sizeof(buf));
     assert_int_equal(len, strlen(s));
@@ -480,10 +481,12 @@ static void test_tokenizer_unknown_pre_rejected(void **state)
 static void test_tokenizer_pre_names_compile(void **state)
 {
     (void)state;
-    static const char *const names[] = {"default",     "gpt2",        "gpt-2",  "llama-bpe",
-                                        "qwen2",       "smollm",      "falcon", "starcoder",
-                                        "refact",      "mpt",         "deepseek-llm",
-                                        "deepseek-coder"};
+    static const char *const names[] = {
+        "default", "gpt2",      "gpt-2",          "llama-bpe",    "llama3",    "qwen2",
+        "smollm",  "falcon",    "starcoder",      "refact",       "mpt",       "deepseek-llm",
+        "deepseek-coder", "dbrx", "smaug-bpe",    "gpt-4o",       "llama4",    "tekken",
+        "pixtral", "olmo",      "stablelm2",      "command-r",    "bloom",     "viking",
+        "chatglm-bpe", "exaone", "deepseek-r1-qwen", "falcon3",   "phi-2",     "jais"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         struct bpe_fixture fx;
         char err[256] = "";
@@ -498,6 +501,167 @@ static void test_tokenizer_pre_names_compile(void **state)
         assert_memory_equal(buf, s, strlen(s));
         tokenizer_destroy(t);
     }
+}
+
+/* MPT-style: byte-level characters plus user-defined runs of 2, 3 and 4 raw spaces (and a
+ * control-looking user-defined <|im_start|>), optionally a whole-word token "hello" that no
+ * merge builds. */
+struct ud_fixture {
+    uint32_t sp[5], a, b, g, im_start, hello, h;
+};
+
+static struct tokenizer *make_user_defined(struct ud_fixture *fx, const char *pre)
+{
+    struct vocab v = {0};
+    struct gbuf kvs = {0};
+    char c[3], err[256];
+    for (unsigned b = 0; b < 256; b++) {
+        byte_char(b, c);
+        uint32_t id = v_add(&v, c, 1, 0);
+        if (b == 'a')
+            fx->a = id;
+        if (b == 'b')
+            fx->b = id;
+        if (b == 'h')
+            fx->h = id;
+        if (b == ' ')
+            fx->g = id;
+    }
+    fx->sp[2] = v_add(&v, "  ", 4, 0);
+    fx->sp[3] = v_add(&v, "   ", 4, 0);
+    fx->sp[4] = v_add(&v, "    ", 4, 0);
+    fx->im_start = v_add(&v, "<|im_start|>", 4, 0);
+    fx->hello = v_add(&v, "hello", 1, 0);
+    kv_str(&kvs, "tokenizer.ggml.model", "gpt2");
+    kv_str(&kvs, "tokenizer.ggml.pre", pre);
+    v_write(&kvs, &v);
+    kv_arr_head(&kvs, "tokenizer.ggml.merges", GGUF_TYPE_STRING, 0);
+    struct tokenizer *t = open_tiny(&kvs, err, sizeof(err));
+    if (!t)
+        fail_msg("%s", err);
+    free(kvs.p);
+    v_free(&v);
+    return t;
+}
+
+static void test_tokenizer_user_defined_matched_without_parse_special(void **state)
+{
+    (void)state;
+    struct ud_fixture fx;
+    struct tokenizer *t = make_user_defined(&fx, "mpt");
+    uint32_t ids[64];
+    char buf[256];
+    /* "a" + 5 spaces + "b": the 4-space token, then " b" by the merges (none: bytes) */
+    const char *s = "a     b";
+    long n = encode(t, s, 0, ids, 64);
+    assert_int_equal(n, 4);
+    assert_int_equal(ids[0], fx.a);
+    assert_int_equal(ids[1], fx.sp[4]);
+    assert_int_equal(ids[2], fx.g);
+    assert_int_equal(ids[3], fx.b);
+    assert_int_equal(decode_all(t, ids, (size_t)n, buf, sizeof(buf)), strlen(s));
+    assert_memory_equal(buf, s, strlen(s));
+    /* runs of 2, 3 and 4+2 spaces */
+    n = encode(t, "a  b   a      b", 0, ids, 64);
+    assert_int_equal(n, 8);
+    assert_int_equal(ids[1], fx.sp[2]);
+    assert_int_equal(ids[3], fx.sp[3]);
+    assert_int_equal(ids[5], fx.sp[4]);
+    assert_int_equal(ids[6], fx.sp[2]);
+    /* the same with special parsing on, and inside a span kept plain */
+    assert_int_equal(encode(t, "a     b", TOKENIZER_PARSE_SPECIAL, ids, 64), 4);
+    assert_int_equal(ids[1], fx.sp[4]);
+    struct tokenizer_span plain = {0, 7};
+    assert_int_equal(tokenizer_encode_masked(t, "a     b", 7, TOKENIZER_PARSE_SPECIAL, &plain, 1,
+                                             ids, 64),
+                     4);
+    assert_int_equal(ids[1], fx.sp[4]);
+    /* a user-defined turn marker counts as control: not forged from raw text */
+    n = encode(t, "<|im_start|>", 0, ids, 64);
+    assert_false(contains(ids, (size_t)n, fx.im_start));
+    assert_int_equal(encode(t, "<|im_start|>", TOKENIZER_PARSE_SPECIAL, ids, 64), 1);
+    assert_int_equal(ids[0], fx.im_start);
+    n = tokenizer_encode_masked(t, "<|im_start|>", 12, TOKENIZER_PARSE_SPECIAL,
+                                &(struct tokenizer_span){0, 12}, 1, ids, 64);
+    assert_false(contains(ids, (size_t)n, fx.im_start));
+    tokenizer_destroy(t);
+}
+
+/* Llama 3's and Tekken's pre-tokenizers take a word that is a whole token as it is
+ * ("ignore_merges"); the others build words from the merges only. */
+static void test_tokenizer_whole_word_tokens_skip_merges(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *pre;
+        bool whole;
+    } cases[] = {{"llama-bpe", true}, {"tekken", true}, {"qwen2", false}, {"gpt-4o", false}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct ud_fixture fx;
+        struct tokenizer *t = make_user_defined(&fx, cases[i].pre);
+        uint32_t ids[16];
+        long n = encode(t, "hello", 0, ids, 16);
+        if (cases[i].whole) {
+            assert_int_equal(n, 1);
+            assert_int_equal(ids[0], fx.hello);
+        } else {
+            assert_int_equal(n, 5);
+            assert_int_equal(ids[0], fx.h);
+        }
+        tokenizer_destroy(t);
+    }
+}
+
+/* A SentencePiece vocabulary named as the file's general.name says, with Phi-3's markers. */
+static struct tokenizer *make_phi(const char *name, uint32_t *user, uint32_t *end,
+                                  uint32_t *sphi, uint32_t *nl)
+{
+    struct vocab v = {0};
+    struct gbuf kvs = {0};
+    char err[256];
+    v_add(&v, "<unk>", 2, 0);
+    v_add(&v, "<s>", 3, 0);
+    v_add(&v, "</s>", 3, 0);
+    *user = v_add(&v, "<|user|>", 3, 0);
+    *end = v_add(&v, "<|end|>", 3, 0);
+    v_add(&v, "\xe2\x96\x81", 1, -1);
+    v_add(&v, "h", 1, -2);
+    v_add(&v, "i", 1, -3);
+    v_add(&v, "hi", 1, -5);
+    *sphi = v_add(&v, "\xe2\x96\x81hi", 1, -4);
+    *nl = v_add(&v, "<0x0A>", 6, 0);
+    if (name)
+        kv_str(&kvs, "general.name", name);
+    kv_str(&kvs, "tokenizer.ggml.model", "llama");
+    v_write(&kvs, &v);
+    struct tokenizer *t = open_tiny(&kvs, err, sizeof(err));
+    if (!t)
+        fail_msg("%s", err);
+    free(kvs.p);
+    v_free(&v);
+    return t;
+}
+
+/* llama.cpp gives a Phi-3 model's special tokens the rstrip attribute (by the model's name:
+ * GGUF has no field for it): the newline after <|user|> and <|end|> is dropped. */
+static void test_tokenizer_phi3_special_tokens_strip_whitespace_after(void **state)
+{
+    (void)state;
+    uint32_t user, end, sphi, nl, ids[32];
+    const char *s = "<|user|>\nhi<|end|>\n";
+    struct tokenizer *t = make_phi("Phi-3-mini-4k-instruct", &user, &end, &sphi, &nl);
+    long n = encode(t, s, TOKENIZER_PARSE_SPECIAL, ids, 32);
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[0], user);
+    assert_int_equal(ids[1], sphi);
+    assert_int_equal(ids[2], end);
+    tokenizer_destroy(t);
+
+    t = make_phi("Llama 2", &user, &end, &sphi, &nl); /* any other name keeps the newlines */
+    n = encode(t, s, TOKENIZER_PARSE_SPECIAL, ids, 32);
+    assert_true(n > 3);
+    assert_true(contains(ids, (size_t)n, nl));
+    tokenizer_destroy(t);
 }
 
 static void test_tokenizer_unknown_model_rejected(void **state)
@@ -706,13 +870,16 @@ int main(void)
         cmocka_unit_test(test_tokenizer_bytes_roundtrip),
         cmocka_unit_test_setup_teardown(test_tokenizer_parse_special_makes_one_token, bpe_setup,
                                         bpe_teardown),
-        cmocka_unit_test_setup_teardown(test_tokenizer_special_text_is_plain_without_parse_special,
+        cmocka_unit_test_setup_teardown(test_tokenizer_control_text_is_plain_without_parse_special,
                                         bpe_setup, bpe_teardown),
         cmocka_unit_test_setup_teardown(test_tokenizer_find_special_and_eog, bpe_setup,
                                         bpe_teardown),
         cmocka_unit_test(test_tokenizer_unknown_pre_rejected),
         cmocka_unit_test(test_tokenizer_pre_names_compile),
         cmocka_unit_test(test_tokenizer_unknown_model_rejected),
+        cmocka_unit_test(test_tokenizer_user_defined_matched_without_parse_special),
+        cmocka_unit_test(test_tokenizer_whole_word_tokens_skip_merges),
+        cmocka_unit_test(test_tokenizer_phi3_special_tokens_strip_whitespace_after),
         cmocka_unit_test(test_tokenizer_spm_add_bos_and_eos),
         cmocka_unit_test(test_tokenizer_spm_merge_across_word_start),
         cmocka_unit_test(test_tokenizer_spm_byte_fallback_and_unknown),
