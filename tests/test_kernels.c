@@ -17,9 +17,10 @@
 #include "../worker/kernels.h"
 #include "../worker/quant.h"
 
-static const enum ggml_type wtypes[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16,
-                                        GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
-                                        GGML_TYPE_Q6_K};
+static const enum ggml_type wtypes[] = {
+    GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16,   GGML_TYPE_Q8_0, GGML_TYPE_Q4_0,
+    GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_1,   GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+    GGML_TYPE_IQ4_NL, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS};
 #define N_WTYPES (sizeof wtypes / sizeof wtypes[0])
 
 static float frand(unsigned *s)
@@ -479,7 +480,14 @@ static void test_kernels_act_sizes_follow_weight_type(void **state)
     float x[32] = {0};
     unsigned char out[64];
     assert_int_equal(kern_quantize_act(GGML_TYPE_Q4_K, x, 32, out), -EINVAL);
-    assert_int_equal(kern_quantize_act(GGML_TYPE_Q5_0, x, 32, out), -EINVAL);
+    assert_int_equal(kern_act_type(GGML_TYPE_Q4_1), GGML_TYPE_Q8_0);
+    assert_int_equal(kern_act_type(GGML_TYPE_Q5_1), GGML_TYPE_Q8_0);
+    assert_int_equal(kern_act_type(GGML_TYPE_IQ4_NL), GGML_TYPE_Q8_0);
+    assert_int_equal(kern_act_type(GGML_TYPE_Q2_K), GGML_TYPE_Q8_K);
+    assert_int_equal(kern_act_type(GGML_TYPE_IQ4_XS), GGML_TYPE_Q8_K);
+    assert_int_equal(kern_act_type((enum ggml_type)16), GGML_TYPE_COUNT); /* IQ2_XXS */
+    assert_int_equal(kern_quantize_act(GGML_TYPE_Q5_K, x, 32, out), -EINVAL);
+    assert_int_equal(kern_quantize_act((enum ggml_type)35, x, 32, out), -EINVAL); /* TQ2_0 */
     assert_int_equal(kern_seq_chunk(1 << 30) % 4, 0);
     assert_true(kern_seq_chunk(6000) >= 16); /* a decode batch shares one pass */
 }

@@ -214,9 +214,10 @@ static void compare_fast(const char *path, int quantized)
 
 static void test_model_llama_fast_matches_scalar_every_type(void **state)
 {
-    static const enum ggml_type types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16,
-                                           GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
-                                           GGML_TYPE_Q6_K};
+    static const enum ggml_type types[] = {
+        GGML_TYPE_F32,    GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0,
+        GGML_TYPE_Q4_K,   GGML_TYPE_Q6_K, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+        GGML_TYPE_IQ4_NL, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         compare_fast(gen(*state, types[i], NULL, 0), i >= 3);
     compare_fast(gen(*state, GGML_TYPE_Q8_0, "qwen2", 0), 1);
@@ -343,11 +344,15 @@ static void test_model_llama_rejects_bad_files(void **state)
 
     assert_int_equal(model_gen_preset(&o, "tiny"), 0);
     o.defect_tensor = "blk.1.ffn_up.weight";
-    o.defect_type = GGML_TYPE_Q5_K;
+    o.defect_type = (enum ggml_type)21; /* IQ3_S: the IQ and TQ types beyond IQ4 are refused */
     o.defect_type_set = 1;
-    snprintf(path, sizeof(path), "%s/q5k.gguf", f->dir);
+    snprintf(path, sizeof(path), "%s/iq3s.gguf", f->dir);
     assert_int_equal(model_gen_write(&o, path, err, sizeof(err)), 0);
-    expect_load_error(path, "blk.1.ffn_up.weight", "Q5_K");
+    expect_load_error(path, "blk.1.ffn_up.weight", "IQ3_S");
+    o.defect_type = (enum ggml_type)35;
+    snprintf(path, sizeof(path), "%s/tq20.gguf", f->dir);
+    assert_int_equal(model_gen_write(&o, path, err, sizeof(err)), 0);
+    expect_load_error(path, "blk.1.ffn_up.weight", "TQ2_0");
 
     o.defect_tensor = "blk.0.attn_k.weight";
     o.defect_type_set = 0;

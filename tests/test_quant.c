@@ -172,6 +172,91 @@ static void test_quant_q6_k_block_decodes_known_values(void **state)
         assert_true(y[e] == 0.25f * (float)((e / 16 - 8) * (e % 64 - 32)));
 }
 
+/* Hand-built blocks of the newer types against the layouts in quant.h (ggml's): Q5_0's high
+ * bits (element j is bit j of qh, little-endian), Q5_1's min, IQ4_NL's table, Q2_K's and
+ * Q3_K's element order (e = 128n + 32j + l from bits 2j of qs[32n + l]), Q3_K's 6-bit scales
+ * and hmask, Q5_K's bit j of qh[l], IQ4_XS's split scales. */
+static void test_quant_newer_blocks_decode_known_values(void **state)
+{
+    (void)state;
+    float y[256];
+    struct quant_block_q5_0 q50 = {.d = 0x3c00, .qh = {0x01, 0x00, 0x01, 0x80}};
+    for (int j = 0; j < 16; j++)
+        q50.qs[j] = (uint8_t)(j | (15 - j) << 4);
+    assert_int_equal(quant_dequantize_row(GGML_TYPE_Q5_0, &q50, y, 32), 0);
+    for (int j = 0; j < 32; j++) {
+        int lo = j < 16 ? j : 15 - (j - 16), hi = j == 0 || j == 16 || j == 31;
+        assert_true(y[j] == (float)((lo | hi << 4) - 16));
+    }
+    struct quant_block_q5_1 q51 = {.d = 0x4000, .m = 0xbc00, .qh = {0, 0, 0, 0x40}}; /* 2, -1 */
+    memcpy(q51.qs, q50.qs, 16);
+    assert_int_equal(quant_dequantize_row(GGML_TYPE_Q5_1, &q51, y, 32), 0);
+    assert_true(y[0] == -1.0f && y[1] == 1.0f && y[30] == 2.0f * (1 + 16) - 1.0f);
+    struct quant_block_iq4_nl nl = {.d = 0x3800}; /* 0.5 */
+    for (int j = 0; j < 16; j++)
+        nl.qs[j] = (uint8_t)(j | j << 4);
+    assert_int_equal(quant_dequantize_row(GGML_TYPE_IQ4_NL, &nl, y, 32), 0);
+    assert_true(y[0] == -63.5f && y[8] == 0.5f && y[31] == 56.5f);
+
+    struct quant_block_q2_k q2;
+    memset(&q2, 0, sizeof q2);
+    q2.d = 0x3c00;
+    q2.dmin = 0x3800;
+    for (int k = 0; k < 16; k++)
+        q2.scales[k] = (uint8_t)((k % 16) | (15 - k) << 4);
+    q2.qs[32 + 5] = 3 << 4; /* n = 1, j = 2, l = 5: element 128 + 64 + 5 */
+    assert_int_equal(quant_dequantize_row(GGML_TYPE_Q2_K, &q2, y, 256), 0);
+    for (int e = 0; e < 256; e++) {
+        float q = e == 197 ? 3.0f : 0.0f;
+        assert_true(y[e] == (float)(e / 16) * q - 0.5f * (float)(15 - e / 16));
+    }
+
+    struct quant_block_q3_k q3;
+    memset(&q3, 0, sizeof q3);
+    q3.d = 0x3c00;
+    for (int k = 0; k < 16; k++) { /* sc[k] = 32 + k, i.e. (k, 2) in (low 4, high 2) bits */
+        int v = 32 + k;
+        if (k < 8)
+            q3.scales[k] |= (uint8_t)(v & 15);
+        else
+            q3.scales[k - 8] |= (uint8_t)((v & 15) << 4);
+        q3.scales[8 + k % 4] |= (uint8_t)((v >> 4) << (2 * (k / 4)));
+    }
+    for (int k = 0; k < 16; k++)
+        assert_int_equal(quant_q3_k_scale(q3.scales, k), 32 + k);
+    memset(q3.hmask, 0xff, sizeof q3.hmask);
+    q3.hmask[7] = (uint8_t)~(1u << 5);     /* element 128 + 32 + 7 loses its high bit */
+    q3.qs[32 + 7] = 2 << 2;                /* and has low bits 2 */
+    assert_int_equal(quant_dequantize_row(GGML_TYPE_Q3_K, &q3, y, 256), 0);
+    for (int e = 0; e < 256; e++)
+        assert_true(y[e] == (float)(e / 16) * (e == 167 ? -2.0f : 0.0f));
+
+    struct quant_block_q5_k q5;
+    memset(&q5, 0, sizeof q5);
+    q5.d = 0x3c00;
+    q5.scales[0] = 1;
+    q5.scales[8] = 2; /* sub-block 4: scale 2 */
+    q5.qh[3] = 1 << 4;
+    q5.qs[64 + 3] = 7;
+    assert_int_equal(quant_dequantize_row(GGML_TYPE_Q5_K, &q5, y, 256), 0);
+    for (int e = 0; e < 256; e++)
+        assert_true(y[e] == (e == 128 + 3 ? 2.0f * 23.0f : 0.0f));
+
+    struct quant_block_iq4_xs xs;
+    memset(&xs, 0, sizeof xs);
+    xs.d = 0x3c00;
+    for (int j = 0; j < 8; j++) { /* ls[j] = 32 + j - 4 */
+        int ls = 28 + j;
+        xs.scales_l[j / 2] |= (uint8_t)((ls & 15) << (4 * (j % 2)));
+        xs.scales_h |= (uint16_t)((ls >> 4) << (2 * j));
+    }
+    for (int i = 0; i < 128; i++)
+        xs.qs[i] = 0xf0; /* low nibbles level 0, high nibbles level 15 */
+    assert_int_equal(quant_dequantize_row(GGML_TYPE_IQ4_XS, &xs, y, 256), 0);
+    for (int e = 0; e < 256; e++)
+        assert_true(y[e] == (float)(e / 32 - 4) * (e % 32 < 16 ? -127.0f : 113.0f));
+}
+
 static void fill_random(float *x, int n, unsigned seed, float scale)
 {
     srand(seed);
@@ -190,8 +275,14 @@ static float block_amax(const float *x, int n)
 /* Round trip of 4 super-blocks (1024 elements) with a per-element bound from the block's
  * range. Bounds: F16 |e| <= 2^-11 |x|; BF16 <= 2^-8 |x|; Q8_0/Q8_K <= 0.6 amax/127 (half a
  * step, plus the f16 scale's rounding); Q4_0 <= 1.05 amax/8 (the side opposite the largest
- * value has 7 steps, so it can clamp by one); Q4_K <= (max - min)/15 of the super-block;
- * Q6_K <= 1.05 amax/32 of the super-block. */
+ * value has 7 steps, so it can clamp by one), Q5_0 <= 1.05 amax/16 likewise; Q4_K <=
+ * (max - min)/15 of the super-block; Q4_1, Q5_1, Q5_K: 0.55 of a step of (max - min)/15 or
+ * /31 (half a step and the f16 rounding of d and m); Q6_K <= 1.05 amax/32 of the super-block;
+ * Q3_K <= 0.3 amax (a quarter step of 8 levels, the far side clamping by one and the 6-bit
+ * scale rounding); Q2_K <= 0.2 (max - min) (half a step of 3, both scales rounded up so the
+ * range stays covered); IQ4_NL, IQ4_XS <= 0.2 amax (half the widest gap of the table, 24 of
+ * 127, with the scale refit). Measured worst cases on uniform data: 0.033 (Q4_1), 0.063
+ * (Q5_0), 0.016 (Q5_1, Q5_K) of the range or amax as above; Q3_K 0.27; Q2_K 0.167; IQ4 0.144. */
 static void check_round_trip(enum ggml_type t, float scale)
 {
     enum { N = 1024 };
@@ -202,10 +293,14 @@ static void check_round_trip(enum ggml_type t, float scale)
     x[300] = scale; /* an exact extreme */
     assert_int_equal(quant_quantize_row(t, x, buf, N), 0);
     assert_int_equal(quant_dequantize_row(t, buf, y, N), 0);
-    int be = t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 ? 32 : 256;
+    int be = quant_block_elems(t) == 1 ? 256 : quant_block_elems(t);
     for (int i = 0; i < N; i++) {
         const float *blk = x + i / be * be;
-        float amax = block_amax(blk, be), bound;
+        float amax = block_amax(blk, be), bound, lo = 0.0f, hi = 0.0f;
+        for (int j = 0; j < be; j++) {
+            lo = fminf(lo, blk[j]);
+            hi = fmaxf(hi, blk[j]);
+        }
         switch (t) {
         case GGML_TYPE_F16:
             bound = fabsf(x[i]) * 0x1p-11f;
@@ -220,15 +315,29 @@ static void check_round_trip(enum ggml_type t, float scale)
         case GGML_TYPE_Q4_0:
             bound = 1.05f * amax / 8.0f;
             break;
-        case GGML_TYPE_Q4_K: {
-            float lo = 0.0f, hi = 0.0f;
-            for (int j = 0; j < be; j++) {
-                lo = fminf(lo, blk[j]);
-                hi = fmaxf(hi, blk[j]);
-            }
+        case GGML_TYPE_Q4_K:
             bound = (hi - lo) / 15.0f;
             break;
-        }
+        case GGML_TYPE_Q5_0:
+            bound = 1.05f * amax / 16.0f;
+            break;
+        case GGML_TYPE_Q4_1:
+            bound = 0.55f * (hi - lo) / 15.0f;
+            break;
+        case GGML_TYPE_Q5_1:
+        case GGML_TYPE_Q5_K:
+            bound = 0.55f * (hi - lo) / 31.0f;
+            break;
+        case GGML_TYPE_Q3_K:
+            bound = 0.3f * amax;
+            break;
+        case GGML_TYPE_Q2_K:
+            bound = 0.2f * (hi - lo);
+            break;
+        case GGML_TYPE_IQ4_NL:
+        case GGML_TYPE_IQ4_XS:
+            bound = 0.2f * amax;
+            break;
         default:
             bound = 1.05f * amax / 32.0f;
             break;
@@ -242,9 +351,10 @@ static void check_round_trip(enum ggml_type t, float scale)
 static void test_quant_round_trip_within_bounds(void **state)
 {
     (void)state;
-    static const enum ggml_type types[] = {GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
-                                           GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K,
-                                           GGML_TYPE_Q8_K};
+    static const enum ggml_type types[] = {
+        GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,   GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
+        GGML_TYPE_Q6_K, GGML_TYPE_Q8_K, GGML_TYPE_Q4_1,   GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+        GGML_TYPE_IQ4_NL, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         check_round_trip(types[i], 1.0f);
         check_round_trip(types[i], 0.02f); /* weight-like magnitudes */
@@ -256,8 +366,10 @@ static void test_quant_zero_block_round_trips_to_zero(void **state)
     (void)state;
     float x[256] = {0}, y[256];
     unsigned char buf[1024];
-    static const enum ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
-                                           GGML_TYPE_Q6_K, GGML_TYPE_Q8_K};
+    static const enum ggml_type types[] = {
+        GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K,   GGML_TYPE_Q8_K,
+        GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL, GGML_TYPE_Q2_K,
+        GGML_TYPE_Q3_K, GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         assert_int_equal(quant_quantize_row(types[t], x, buf, 256), 0);
         assert_int_equal(quant_dequantize_row(types[t], buf, y, 256), 0);
@@ -277,9 +389,19 @@ static void test_quant_rejects_bad_sizes_and_types(void **state)
     assert_int_equal(quant_row_bytes(GGML_TYPE_Q4_0, 32), 18);
     assert_int_equal(quant_row_bytes(GGML_TYPE_F16, 7), 14);
     assert_int_equal(quant_row_bytes(GGML_TYPE_Q4_K, 100), 0);
-    assert_int_equal(quant_row_bytes(GGML_TYPE_Q5_K, 256), 0);
+    assert_int_equal(quant_row_bytes(GGML_TYPE_Q5_K, 256), 176);
+    assert_int_equal(quant_row_bytes(GGML_TYPE_Q2_K, 512), 168);
+    assert_int_equal(quant_row_bytes(GGML_TYPE_Q3_K, 256), 110);
+    assert_int_equal(quant_row_bytes(GGML_TYPE_IQ4_XS, 256), 136);
+    assert_int_equal(quant_row_bytes(GGML_TYPE_Q4_1, 64), 40);
+    assert_int_equal(quant_row_bytes(GGML_TYPE_Q5_0, 32), 22);
+    assert_int_equal(quant_row_bytes(GGML_TYPE_Q5_1, 32), 24);
+    assert_int_equal(quant_row_bytes(GGML_TYPE_IQ4_NL, 32), 18);
+    assert_int_equal(quant_row_bytes(GGML_TYPE_Q5_0, 48), 0);
+    assert_int_equal(quant_row_bytes((enum ggml_type)16, 256), 0); /* IQ2_XXS */
+    assert_int_equal(quant_row_bytes((enum ggml_type)35, 256), 0); /* TQ2_0 */
     assert_int_equal(quant_quantize_row(GGML_TYPE_Q8_0, x, buf, 33), -EINVAL);
-    assert_int_equal(quant_quantize_row(GGML_TYPE_Q2_K, x, buf, 256), -EINVAL);
+    assert_int_equal(quant_quantize_row((enum ggml_type)21, x, buf, 256), -EINVAL); /* IQ3_S */
     assert_int_equal(quant_dequantize_row(GGML_TYPE_Q6_K, buf, x, 300), -EINVAL);
 }
 
@@ -294,6 +416,7 @@ int main(void)
         cmocka_unit_test(test_quant_q4_0_block_decodes_known_values),
         cmocka_unit_test(test_quant_q4_k_block_decodes_known_values),
         cmocka_unit_test(test_quant_q6_k_block_decodes_known_values),
+        cmocka_unit_test(test_quant_newer_blocks_decode_known_values),
         cmocka_unit_test(test_quant_round_trip_within_bounds),
         cmocka_unit_test(test_quant_zero_block_round_trips_to_zero),
         cmocka_unit_test(test_quant_rejects_bad_sizes_and_types),

@@ -13,8 +13,9 @@ static void usage(FILE *f)
     fprintf(f, "usage: kiln-mkmodel --out FILE.gguf [--vocab VOCAB.gguf]\n"
                "         (--preset tinyllama|smollm|tiny | --dim N --layers N --heads N\n"
                "          --kv-heads N --ffn N --ctx N)\n"
-               "         [--type q8_0|q4_0|q4_k|q6_k|f16|bf16|f32] [--arch llama|qwen2]\n"
+               "         [--type TYPE] [--arch llama|qwen2]\n"
                "         [--seed N] [--tied]\n"
+               "TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl q2_k q3_k q4_k q5_k q6_k iq4_xs\n"
                "Without --vocab the model gets a synthetic 512-token SentencePiece vocabulary.\n");
 }
 

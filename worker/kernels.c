@@ -19,9 +19,17 @@ enum ggml_type kern_act_type(enum ggml_type wtype)
         return GGML_TYPE_F32;
     case GGML_TYPE_Q8_0:
     case GGML_TYPE_Q4_0:
+    case GGML_TYPE_Q4_1:
+    case GGML_TYPE_Q5_0:
+    case GGML_TYPE_Q5_1:
+    case GGML_TYPE_IQ4_NL:
         return GGML_TYPE_Q8_0;
+    case GGML_TYPE_Q2_K:
+    case GGML_TYPE_Q3_K:
     case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
     case GGML_TYPE_Q6_K:
+    case GGML_TYPE_IQ4_XS:
         return GGML_TYPE_Q8_K;
     default:
         return GGML_TYPE_COUNT;
@@ -161,6 +169,169 @@ static float dot_row_q6_k(const void *w, const void *x, int n)
     return acc;
 }
 
+/* Q4_1 and Q5_1 take Q8_0 activations: d_w d_x sum(q qx) + m_w d_x sum(qx), both integer
+ * sums exact. */
+static int nib(const uint8_t qs[16], int j)
+{
+    return j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+}
+
+static uint32_t qh32(const uint8_t qh[4])
+{
+    return (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+}
+
+static float dot_row_q4_1(const void *w, const void *x, int n)
+{
+    const struct quant_block_q4_1 *a = w;
+    const struct quant_block_q8_0 *b = x;
+    float acc = 0.0f;
+    for (int i = 0; i < n / QUANT_QK; i++) {
+        int sum = 0, sx = 0;
+        for (int j = 0; j < QUANT_QK; j++) {
+            sum += nib(a[i].qs, j) * b[i].qs[j];
+            sx += b[i].qs[j];
+        }
+        float dx = quant_f16_to_f32(b[i].d);
+        acc += quant_f16_to_f32(a[i].d) * dx * (float)sum + quant_f16_to_f32(a[i].m) * dx * (float)sx;
+    }
+    return acc;
+}
+
+static float dot_row_q5_0(const void *w, const void *x, int n)
+{
+    const struct quant_block_q5_0 *a = w;
+    const struct quant_block_q8_0 *b = x;
+    float acc = 0.0f;
+    for (int i = 0; i < n / QUANT_QK; i++) {
+        uint32_t h = qh32(a[i].qh);
+        int sum = 0;
+        for (int j = 0; j < QUANT_QK; j++)
+            sum += ((nib(a[i].qs, j) | (int)((h >> j) & 1) << 4) - 16) * b[i].qs[j];
+        acc += quant_f16_to_f32(a[i].d) * quant_f16_to_f32(b[i].d) * (float)sum;
+    }
+    return acc;
+}
+
+static float dot_row_q5_1(const void *w, const void *x, int n)
+{
+    const struct quant_block_q5_1 *a = w;
+    const struct quant_block_q8_0 *b = x;
+    float acc = 0.0f;
+    for (int i = 0; i < n / QUANT_QK; i++) {
+        uint32_t h = qh32(a[i].qh);
+        int sum = 0, sx = 0;
+        for (int j = 0; j < QUANT_QK; j++) {
+            sum += (nib(a[i].qs, j) | (int)((h >> j) & 1) << 4) * b[i].qs[j];
+            sx += b[i].qs[j];
+        }
+        float dx = quant_f16_to_f32(b[i].d);
+        acc += quant_f16_to_f32(a[i].d) * dx * (float)sum + quant_f16_to_f32(a[i].m) * dx * (float)sx;
+    }
+    return acc;
+}
+
+static float dot_row_iq4_nl(const void *w, const void *x, int n)
+{
+    const struct quant_block_iq4_nl *a = w;
+    const struct quant_block_q8_0 *b = x;
+    float acc = 0.0f;
+    for (int i = 0; i < n / QUANT_QK; i++) {
+        int sum = 0;
+        for (int j = 0; j < QUANT_QK; j++)
+            sum += quant_iq4_values[nib(a[i].qs, j)] * b[i].qs[j];
+        acc += quant_f16_to_f32(a[i].d) * quant_f16_to_f32(b[i].d) * (float)sum;
+    }
+    return acc;
+}
+
+/* Q2_K: d_x (d sum_k sc_k (q . x)_k - dmin sum_k m_k bsum_k), integers until the end. */
+static float dot_row_q2_k(const void *w, const void *x, int n)
+{
+    const struct quant_block_q2_k *a = w;
+    const struct quant_block_q8_k *b = x;
+    float acc = 0.0f;
+    for (int i = 0; i < n / QUANT_QK_K; i++) {
+        int sum_q = 0, sum_m = 0;
+        for (int k = 0; k < 16; k++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++) {
+                int e = 16 * k + l, nn = e / 128, j = (e % 128) / 32, ll = e % 32;
+                s += ((a[i].qs[32 * nn + ll] >> (2 * j)) & 3) * b[i].qs[e];
+            }
+            sum_q += (a[i].scales[k] & 15) * s;
+            sum_m += (a[i].scales[k] >> 4) * b[i].bsums[k];
+        }
+        float d = quant_f16_to_f32(a[i].d), dmin = quant_f16_to_f32(a[i].dmin);
+        acc += b[i].d * (d * (float)sum_q - dmin * (float)sum_m);
+    }
+    return acc;
+}
+
+/* Q3_K: codes u = low | high << 2 (0..7) stand for u - 4: sum_k sc_k ((u . x)_k - 4 bsum_k). */
+static float dot_row_q3_k(const void *w, const void *x, int n)
+{
+    const struct quant_block_q3_k *a = w;
+    const struct quant_block_q8_k *b = x;
+    float acc = 0.0f;
+    for (int i = 0; i < n / QUANT_QK_K; i++) {
+        int sum = 0;
+        for (int k = 0; k < 16; k++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++) {
+                int e = 16 * k + l, nn = e / 128, j = (e % 128) / 32, ll = e % 32;
+                int lo = (a[i].qs[32 * nn + ll] >> (2 * j)) & 3;
+                int hi = (a[i].hmask[ll] >> (4 * nn + j)) & 1;
+                s += (lo | hi << 2) * b[i].qs[e];
+            }
+            sum += (quant_q3_k_scale(a[i].scales, k) - 32) * (s - 4 * b[i].bsums[k]);
+        }
+        acc += quant_f16_to_f32(a[i].d) * b[i].d * (float)sum;
+    }
+    return acc;
+}
+
+static float dot_row_q5_k(const void *w, const void *x, int n)
+{
+    const struct quant_block_q5_k *a = w;
+    const struct quant_block_q8_k *b = x;
+    float acc = 0.0f;
+    for (int i = 0; i < n / QUANT_QK_K; i++) {
+        int sum_q = 0, sum_m = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            quant_q4_k_scale_min(a[i].scales, j, &sc, &m);
+            const uint8_t *q = a[i].qs + 32 * (j / 2);
+            int shift = (j % 2) * 4, s = 0;
+            for (int l = 0; l < 32; l++)
+                s += (((q[l] >> shift) & 15) | ((a[i].qh[l] >> j) & 1) << 4) * b[i].qs[32 * j + l];
+            sum_q += sc * s;
+            sum_m += m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+        }
+        float d = quant_f16_to_f32(a[i].d), dmin = quant_f16_to_f32(a[i].dmin);
+        acc += b[i].d * (d * (float)sum_q - dmin * (float)sum_m);
+    }
+    return acc;
+}
+
+static float dot_row_iq4_xs(const void *w, const void *x, int n)
+{
+    const struct quant_block_iq4_xs *a = w;
+    const struct quant_block_q8_k *b = x;
+    float acc = 0.0f;
+    for (int i = 0; i < n / QUANT_QK_K; i++) {
+        int sum = 0;
+        for (int j = 0; j < 8; j++) {
+            int s = 0;
+            for (int l = 0; l < 32; l++)
+                s += quant_iq4_values[nib(a[i].qs + 16 * j, l)] * b[i].qs[32 * j + l];
+            sum += (quant_iq4_xs_scale(&a[i], j) - 32) * s;
+        }
+        acc += quant_f16_to_f32(a[i].d) * b[i].d * (float)sum;
+    }
+    return acc;
+}
+
 typedef float (*dot_row_fn)(const void *w, const void *x, int n);
 
 static dot_row_fn scalar_dot_for(enum ggml_type t)
@@ -180,6 +351,22 @@ static dot_row_fn scalar_dot_for(enum ggml_type t)
         return dot_row_q4_k;
     case GGML_TYPE_Q6_K:
         return dot_row_q6_k;
+    case GGML_TYPE_Q4_1:
+        return dot_row_q4_1;
+    case GGML_TYPE_Q5_0:
+        return dot_row_q5_0;
+    case GGML_TYPE_Q5_1:
+        return dot_row_q5_1;
+    case GGML_TYPE_IQ4_NL:
+        return dot_row_iq4_nl;
+    case GGML_TYPE_Q2_K:
+        return dot_row_q2_k;
+    case GGML_TYPE_Q3_K:
+        return dot_row_q3_k;
+    case GGML_TYPE_Q5_K:
+        return dot_row_q5_k;
+    case GGML_TYPE_IQ4_XS:
+        return dot_row_iq4_xs;
     default:
         return NULL;
     }

@@ -18,7 +18,7 @@
 /* A weight matrix: rows x cols, each row cols elements of type, row_bytes apart.
  * Y = W X, so an activation vector has cols elements. */
 struct kern_mat {
-    enum ggml_type type; /* F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K */
+    enum ggml_type type; /* any type quant_type_supported accepts, Q8_K excepted */
     const void *data;    /* (rows, cols) */
     int rows, cols;
     size_t row_bytes;    /* quant_row_bytes(type, cols) for a dense tensor */
@@ -33,8 +33,10 @@ struct kern_act {
     size_t stride;
 };
 
-/* The activation format matmul wants for weights of wtype: Q8_0 for Q8_0/Q4_0, Q8_K for
- * Q4_K/Q6_K, F32 for float weights. GGML_TYPE_COUNT for an unsupported wtype. */
+/* The activation format matmul wants for weights of wtype: Q8_0 for the 32-element block
+ * types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: the kernels sum a block's activations for the
+ * min of Q4_1/Q5_1 themselves), Q8_K for the 256-element ones (Q2_K..Q6_K, IQ4_XS), F32 for
+ * float weights. GGML_TYPE_COUNT for an unsupported wtype. */
 enum ggml_type kern_act_type(enum ggml_type wtype);
 /* Bytes of one quantized activation vector of n elements for weights of wtype (0 if n is not
  * a multiple of the block size or wtype is unsupported). Allocate at load. */
@@ -133,6 +135,12 @@ const struct kern_ops *kern_ops_avx512_table(void);
 /* Internal: number of sequences matmul takes per pass over the weights for vectors of
  * act_bytes each (a multiple of 4, >= 4). */
 int kern_seq_chunk(size_t act_bytes);
+/* Internal: one weight row (n elements) against ns activation vectors xs bytes apart, results
+ * ys floats apart. kern_avx2_ext_row: the AVX2 row of Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K,
+ * Q5_K or IQ4_XS weights (kernels_avx2_ext.c), NULL for another type. */
+typedef void (*kern_row_fn)(const void *w, const char *x, size_t xs, int n, int ns, float *y,
+                            size_t ys);
+kern_row_fn kern_avx2_ext_row(enum ggml_type t);
 /* Internal: AVX2 kernels the AVX-512 set reuses where 512-bit code would not be faster. */
 void kern_avx2_matmul(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
                       int y_stride, int row_begin, int row_end);

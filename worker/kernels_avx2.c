@@ -330,8 +330,7 @@ ROW_FN(row_f32, CALL_F32)
 ROW_FN(row_f16, CALL_F16)
 ROW_FN(row_bf16, CALL_BF16)
 
-typedef void (*row_fn)(const void *w, const char *x, size_t xs, int n, int ns, float *y,
-                       size_t ys);
+typedef kern_row_fn row_fn;
 
 void kern_avx2_matmul(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
                       int y_stride, int row_begin, int row_end)
@@ -360,7 +359,8 @@ void kern_avx2_matmul(const struct kern_mat *W, const struct kern_act *X, int n_
         f = row_bf16;
         break;
     default:
-        __builtin_trap(); /* an unsupported type got past model load */
+        if (!(f = kern_avx2_ext_row(W->type)))
+            __builtin_trap(); /* an unsupported type got past model load */
     }
     const char *wd = W->data, *xd = X->data;
     int chunk = kern_seq_chunk(X->stride);

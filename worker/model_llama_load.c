@@ -168,7 +168,7 @@ static int get_mat(struct llama *L, const char *name, int rows, int cols, struct
         const char *tn = ggml_type_name(t->type);
         msg(err, errlen,
             "%s: tensor %s has type %s, which kiln does not run (F32, F16, BF16, Q8_0, Q4_0, "
-            "Q4_K, Q6_K)",
+            "Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)",
             L->g->path, name, tn ? tn : "unknown");
         return -ENOTSUP;
     }

@@ -98,9 +98,17 @@ int quant_block_elems(enum ggml_type type)
         return 1;
     case GGML_TYPE_Q8_0:
     case GGML_TYPE_Q4_0:
+    case GGML_TYPE_Q4_1:
+    case GGML_TYPE_Q5_0:
+    case GGML_TYPE_Q5_1:
+    case GGML_TYPE_IQ4_NL:
         return QUANT_QK;
+    case GGML_TYPE_Q2_K:
+    case GGML_TYPE_Q3_K:
     case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
     case GGML_TYPE_Q6_K:
+    case GGML_TYPE_IQ4_XS:
     case GGML_TYPE_Q8_K:
         return QUANT_QK_K;
     default:
@@ -126,6 +134,22 @@ static size_t block_bytes(enum ggml_type type)
         return sizeof(struct quant_block_q6_k);
     case GGML_TYPE_Q8_K:
         return sizeof(struct quant_block_q8_k);
+    case GGML_TYPE_Q4_1:
+        return sizeof(struct quant_block_q4_1);
+    case GGML_TYPE_Q5_0:
+        return sizeof(struct quant_block_q5_0);
+    case GGML_TYPE_Q5_1:
+        return sizeof(struct quant_block_q5_1);
+    case GGML_TYPE_IQ4_NL:
+        return sizeof(struct quant_block_iq4_nl);
+    case GGML_TYPE_Q2_K:
+        return sizeof(struct quant_block_q2_k);
+    case GGML_TYPE_Q3_K:
+        return sizeof(struct quant_block_q3_k);
+    case GGML_TYPE_Q5_K:
+        return sizeof(struct quant_block_q5_k);
+    case GGML_TYPE_IQ4_XS:
+        return sizeof(struct quant_block_iq4_xs);
     default:
         return 0;
     }
@@ -158,6 +182,22 @@ const char *quant_type_name(enum ggml_type type)
         return "Q6_K";
     case GGML_TYPE_Q8_K:
         return "Q8_K";
+    case GGML_TYPE_Q4_1:
+        return "Q4_1";
+    case GGML_TYPE_Q5_0:
+        return "Q5_0";
+    case GGML_TYPE_Q5_1:
+        return "Q5_1";
+    case GGML_TYPE_IQ4_NL:
+        return "IQ4_NL";
+    case GGML_TYPE_Q2_K:
+        return "Q2_K";
+    case GGML_TYPE_Q3_K:
+        return "Q3_K";
+    case GGML_TYPE_Q5_K:
+        return "Q5_K";
+    case GGML_TYPE_IQ4_XS:
+        return "IQ4_XS";
     default:
         return "?";
     }
@@ -365,7 +405,7 @@ int quant_quantize_row(enum ggml_type type, const float *restrict x, void *restr
         quantize_q8_k(x, out, nb);
         return 0;
     default:
-        return -EINVAL;
+        return quant_ext_quantize(type, x, out, nb);
     }
 }
 
@@ -450,6 +490,6 @@ int quant_dequantize_row(enum ggml_type type, const void *restrict in, float *re
         return 0;
     }
     default:
-        return -EINVAL;
+        return quant_ext_dequantize(type, in, y, nb);
     }
 }

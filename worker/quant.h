@@ -60,6 +60,88 @@ struct quant_block_q8_k {
     int16_t bsums[QUANT_QK_K / 16];
 };
 
+/* Q4_1: 20 bytes, x[i] = d * q + m, q 4 bits unsigned, packed as Q4_0's nibbles. */
+struct quant_block_q4_1 {
+    uint16_t d; /* f16 */
+    uint16_t m; /* f16 */
+    uint8_t qs[QUANT_QK / 2];
+};
+
+/* Q5_0: 22 bytes, x[i] = d * (q - 16), q 5 bits: the low 4 as Q4_0's nibbles, bit 4 of
+ * element j is bit j of qh (read as a little-endian uint32). */
+struct quant_block_q5_0 {
+    uint16_t d; /* f16 */
+    uint8_t qh[4];
+    uint8_t qs[QUANT_QK / 2];
+};
+
+/* Q5_1: 24 bytes, x[i] = d * q + m, q 5 bits packed as Q5_0's. */
+struct quant_block_q5_1 {
+    uint16_t d; /* f16 */
+    uint16_t m; /* f16 */
+    uint8_t qh[4];
+    uint8_t qs[QUANT_QK / 2];
+};
+
+/* IQ4_NL: 18 bytes, x[i] = d * quant_iq4_values[q], q 4 bits packed as Q4_0's nibbles. */
+struct quant_block_iq4_nl {
+    uint16_t d; /* f16 */
+    uint8_t qs[QUANT_QK / 2];
+};
+
+/* The 16 non-linear levels of IQ4_NL and IQ4_XS (ggml's table). */
+extern const int8_t quant_iq4_values[16];
+
+/* Q2_K: 84 bytes for 256 elements, 16 sub-blocks of 16:
+ *   x = d * (scales[e/16] & 15) * q - dmin * (scales[e/16] >> 4), q 2 bits.
+ *   Element e = 128n + 32j + l (n < 2, j < 4, l < 32): q = (qs[32n + l] >> 2j) & 3. */
+struct quant_block_q2_k {
+    uint8_t scales[QUANT_QK_K / 16];
+    uint8_t qs[QUANT_QK_K / 4];
+    uint16_t d;    /* f16 */
+    uint16_t dmin; /* f16 */
+};
+
+/* Q3_K: 110 bytes for 256 elements, 16 sub-blocks of 16: x = d * (sc[e/16] - 32) * q,
+ * q = low - 4 * !high in -4..3 (equivalently (low | high << 2) - 4). Element e = 128n +
+ * 32j + l: low = (qs[32n + l] >> 2j) & 3, high = bit 4n + j of hmask[l]. The 6-bit sc[k]
+ * (quant_q3_k_scale): low 4 bits from scales[k] (k < 8, low nibble) or scales[k - 8]
+ * (high nibble), high 2 bits from bits 2(k/4)..+1 of scales[8 + k % 4]. */
+struct quant_block_q3_k {
+    uint8_t hmask[QUANT_QK_K / 8];
+    uint8_t qs[QUANT_QK_K / 4];
+    uint8_t scales[12];
+    uint16_t d; /* f16 */
+};
+
+/* Q5_K: 176 bytes for 256 elements: Q4_K's scales and nibbles, plus bit 4 of element
+ * 32j + l of sub-block j in bit j of qh[l]. x = d * sc[j] * q - dmin * m[j], q 5 bits. */
+struct quant_block_q5_k {
+    uint16_t d;    /* f16 */
+    uint16_t dmin; /* f16 */
+    uint8_t scales[12];
+    uint8_t qh[QUANT_QK_K / 8];
+    uint8_t qs[QUANT_QK_K / 2];
+};
+
+/* IQ4_XS: 136 bytes for 256 elements, 8 sub-blocks of 32: x = d * (ls[j] - 32) *
+ * quant_iq4_values[q]; ls[j] 6 bits: low 4 from nibble j % 2 of scales_l[j / 2], high 2 from
+ * bits 2j..2j+1 of scales_h. Sub-block j's nibbles are qs[16j..16j+15] as Q4_0's. */
+struct quant_block_iq4_xs {
+    uint16_t d; /* f16 */
+    uint16_t scales_h;
+    uint8_t scales_l[QUANT_QK_K / 64];
+    uint8_t qs[QUANT_QK_K / 2];
+};
+
+_Static_assert(sizeof(struct quant_block_q4_1) == 20, "q4_1 layout");
+_Static_assert(sizeof(struct quant_block_q5_0) == 22, "q5_0 layout");
+_Static_assert(sizeof(struct quant_block_q5_1) == 24, "q5_1 layout");
+_Static_assert(sizeof(struct quant_block_iq4_nl) == 18, "iq4_nl layout");
+_Static_assert(sizeof(struct quant_block_q2_k) == 84, "q2_k layout");
+_Static_assert(sizeof(struct quant_block_q3_k) == 110, "q3_k layout");
+_Static_assert(sizeof(struct quant_block_q5_k) == 176, "q5_k layout");
+_Static_assert(sizeof(struct quant_block_iq4_xs) == 136, "iq4_xs layout");
 _Static_assert(sizeof(struct quant_block_q8_0) == 34, "q8_0 layout");
 _Static_assert(sizeof(struct quant_block_q4_0) == 18, "q4_0 layout");
 _Static_assert(sizeof(struct quant_block_q4_k) == 144, "q4_k layout");
@@ -75,7 +157,8 @@ uint16_t quant_f32_to_bf16(float f);
 float quant_bf16_to_f32(uint16_t h);
 
 /* Whether kiln can quantize, dequantize and multiply with type: F32, F16, BF16, Q8_0, Q4_0,
- * Q4_K, Q6_K (and Q8_K as an activation format, for (de)quantization only). */
+ * Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (and Q8_K as an activation
+ * format, for (de)quantization only). */
 int quant_type_supported(enum ggml_type type);
 /* Elements per block of type (1 for float types), or 0 if unsupported. */
 int quant_block_elems(enum ggml_type type);
@@ -93,7 +176,18 @@ int quant_quantize_row(enum ggml_type type, const float *restrict x, void *restr
 int quant_dequantize_row(enum ggml_type type, const void *restrict in, float *restrict y,
                          int64_t n);
 
-/* Q4_K's packed 6-bit scale and min of sub-block j (0..7). */
+/* Q4_K's (and Q5_K's) packed 6-bit scale and min of sub-block j (0..7). */
 void quant_q4_k_scale_min(const uint8_t scales[12], int j, uint8_t *sc, uint8_t *m);
+/* Q3_K's 6-bit scale of sub-block k (0..15), 0..63 (the value used is this minus 32). */
+int quant_q3_k_scale(const uint8_t scales[12], int k);
+/* IQ4_XS's 6-bit scale of sub-block j (0..7), 0..63 (the value used is this minus 32). */
+int quant_iq4_xs_scale(const struct quant_block_iq4_xs *b, int j);
+
+/* Internal, quant_ext.c: the types beyond Q8_0/Q4_0/Q4_K/Q6_K. Same contracts as
+ * quant_quantize_row/quant_dequantize_row for nb whole blocks; -EINVAL for another type. */
+int quant_ext_quantize(enum ggml_type type, const float *restrict x, void *restrict out,
+                       int64_t nb);
+int quant_ext_dequantize(enum ggml_type type, const void *restrict in, float *restrict y,
+                         int64_t nb);
 
 #endif /* QUANT_H */

@@ -64,9 +64,10 @@ int model_gen_preset(struct model_gen_opts *o, const char *name)
 
 enum ggml_type model_gen_type(const char *name)
 {
-    static const enum ggml_type t[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16,
-                                       GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
-                                       GGML_TYPE_Q6_K};
+    static const enum ggml_type t[] = {
+        GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16,   GGML_TYPE_Q8_0, GGML_TYPE_Q4_0,
+        GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,   GGML_TYPE_IQ4_NL, GGML_TYPE_Q2_K,
+        GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,   GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS};
     for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
         if (strcasecmp(name, quant_type_name(t[i])) == 0)
             return t[i];

@@ -1,0 +1,380 @@
+/* AVX2 matmul rows for the types beyond Q8_0/Q4_0/Q4_K/Q6_K: Q4_1, Q5_0, Q5_1 and IQ4_NL
+ * against Q8_0 activations, Q2_K, Q3_K, Q5_K and IQ4_XS against Q8_K. Weights are decoded
+ * to bytes once per block and reused for the sequences of a tile; the integer dots are
+ * maddubs (unsigned x signed bytes) + madd, exact, so only the float accumulation order
+ * differs from the scalar reference. As in kernels_avx2.c a sequence's instruction stream
+ * does not depend on how many sequences share the tile: batching is bit-exact. Built with
+ * -mavx2 -mfma -mf16c, reached only through the avx2/avx512 tables after a CPU check. */
+#include "kernels.h"
+
+#include <immintrin.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "quant.h"
+
+#define AI __attribute__((always_inline)) inline
+
+static AI float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static AI float f16(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
+/* int16 lane lo of each 128-bit half of v to the low half of the result, lane hi to the
+ * high half. */
+static AI __m256i bcast16(__m256i v, int lo, int hi)
+{
+    __m256i ctl = _mm256_set_m128i(_mm_set1_epi16((short)((2 * hi + 1) << 8 | 2 * hi)),
+                                   _mm_set1_epi16((short)((2 * lo + 1) << 8 | 2 * lo)));
+    return _mm256_shuffle_epi8(v, ctl);
+}
+
+/* The 32 nibbles of 16 packed bytes in element order: low nibbles are elements 0..15, high
+ * nibbles 16..31 (Q4_0's packing, shared by Q4_1, Q5_*, IQ4_*). */
+static AI __m256i nibbles(const uint8_t *qs)
+{
+    __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));
+}
+
+/* 0x10 in byte j where bit j of the little-endian uint32 at qh is set. */
+static AI __m256i high_bits(const uint8_t qh[4])
+{
+    uint32_t h;
+    memcpy(&h, qh, sizeof h);
+    const __m256i spread = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
+                                             0x0101010101010101LL, 0);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), spread);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+static AI __m256i iq4_table(void)
+{
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4_values));
+}
+
+enum b32_kind { B32_Q4_1, B32_Q5_0, B32_Q5_1, B32_IQ4_NL };
+
+/* One weight row of nb 32-element blocks against S Q8_0 activations. Signed weights (Q5_0,
+ * IQ4_NL): the sign moves onto x so maddubs sees |w|. Unsigned ones with a min (Q4_1, Q5_1):
+ * maddubs(q, x) for d and maddubs(1, x) for the block sum the min multiplies. */
+static AI void tile_b32(const char *w, const enum b32_kind kind, const char *x, size_t xs,
+                        int nb, const int S, float *y, size_t ys)
+{
+    const __m256i ones = _mm256_set1_epi16(1), ones8 = _mm256_set1_epi8(1);
+    const int sgn = kind == B32_Q5_0 || kind == B32_IQ4_NL;
+    __m256 acc[4];
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        acc[k] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m256i q, aq = _mm256_setzero_si256();
+        float dw, mw = 0.0f;
+        if (kind == B32_Q4_1) {
+            const struct quant_block_q4_1 *b = (const struct quant_block_q4_1 *)w + i;
+            q = nibbles(b->qs);
+            dw = f16(b->d);
+            mw = f16(b->m);
+        } else if (kind == B32_Q5_1) {
+            const struct quant_block_q5_1 *b = (const struct quant_block_q5_1 *)w + i;
+            q = _mm256_or_si256(nibbles(b->qs), high_bits(b->qh));
+            dw = f16(b->d);
+            mw = f16(b->m);
+        } else if (kind == B32_Q5_0) {
+            const struct quant_block_q5_0 *b = (const struct quant_block_q5_0 *)w + i;
+            q = _mm256_sub_epi8(_mm256_or_si256(nibbles(b->qs), high_bits(b->qh)),
+                                _mm256_set1_epi8(16));
+            dw = f16(b->d);
+        } else {
+            const struct quant_block_iq4_nl *b = (const struct quant_block_iq4_nl *)w + i;
+            q = _mm256_shuffle_epi8(iq4_table(), nibbles(b->qs));
+            dw = f16(b->d);
+        }
+        if (sgn)
+            aq = _mm256_abs_epi8(q);
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++) {
+            const struct quant_block_q8_0 *a = (const struct quant_block_q8_0 *)(x + k * xs) + i;
+            __m256i qx = _mm256_loadu_si256((const __m256i *)a->qs);
+            float dx = f16(a->d);
+            if (sgn) {
+                __m256i p = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(qx, q));
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx),
+                                         _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), acc[k]);
+            } else {
+                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, qx), ones);
+                __m256i sx = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, qx), ones);
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(p), acc[k]);
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(mw * dx), _mm256_cvtepi32_ps(sx), acc[k]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        y[k * ys] = hsum8(acc[k]);
+}
+
+/* Q2_K: vector v = 4n + j holds elements 32v..32v+31 (bits 2j of qs[32n..]), which are
+ * sub-blocks 2v and 2v+1. */
+static AI void tile_q2_k(const struct quant_block_q2_k *w, const char *x, size_t xs, int nb,
+                         const int S, float *y, size_t ys)
+{
+    const __m256i three = _mm256_set1_epi8(3);
+    __m256 acc[4];
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        acc[k] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m256i q[8], scv[8];
+        for (int n = 0; n < 2; n++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * n));
+            _Pragma("GCC unroll 4")
+            for (int j = 0; j < 4; j++)
+                q[4 * n + j] = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), three);
+        }
+        __m128i s = _mm_loadu_si128((const __m128i *)w[i].scales);
+        __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(s, _mm_set1_epi8(15)));
+        __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(15)));
+        __m256i lo = _mm256_permute2x128_si256(sc16, sc16, 0x00);
+        __m256i hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
+        for (int v = 0; v < 4; v++) {
+            scv[v] = bcast16(lo, 2 * v, 2 * v + 1);
+            scv[v + 4] = bcast16(hi, 2 * v, 2 * v + 1);
+        }
+        float d = f16(w[i].d), dmin = f16(w[i].dmin);
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++) {
+            const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
+            __m256i isum = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
+            for (int v = 0; v < 8; v++) {
+                __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * v));
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[v], qx),
+                                                                scv[v]));
+            }
+            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+            __m256 ms = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, m16));
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(isum), acc[k]);
+            acc[k] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * a->d), ms, acc[k]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        y[k * ys] = hsum8(acc[k]);
+}
+
+/* Q3_K's 16 scales minus 32 as int16 (quant.h's packing, four bytes at a time). */
+static AI __m256i q3_k_scales(const uint8_t s[12])
+{
+    uint32_t a[3];
+    memcpy(a, s, sizeof a);
+    uint32_t s0 = (a[0] & 0x0f0f0f0fu) | (a[2] & 0x03030303u) << 4;
+    uint32_t s1 = (a[1] & 0x0f0f0f0fu) | ((a[2] >> 2) & 0x03030303u) << 4;
+    uint32_t s2 = ((a[0] >> 4) & 0x0f0f0f0fu) | ((a[2] >> 4) & 0x03030303u) << 4;
+    uint32_t s3 = ((a[1] >> 4) & 0x0f0f0f0fu) | ((a[2] >> 6) & 0x03030303u) << 4;
+    __m256i v = _mm256_cvtepu8_epi16(_mm_set_epi32((int)s3, (int)s2, (int)s1, (int)s0));
+    return _mm256_sub_epi16(v, _mm256_set1_epi16(32));
+}
+
+/* Q3_K: codes u = low | high << 2 in 0..7 by maddubs, then 4 * sum_k sc_k bsum_k off. */
+static AI void tile_q3_k(const struct quant_block_q3_k *w, const char *x, size_t xs, int nb,
+                         const int S, float *y, size_t ys)
+{
+    const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    __m256 acc[4];
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        acc[k] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m256i q[8], scv[8];
+        __m256i hm = _mm256_loadu_si256((const __m256i *)w[i].hmask);
+        for (int n = 0; n < 2; n++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * n));
+            _Pragma("GCC unroll 4")
+            for (int j = 0; j < 4; j++) {
+                int v = 4 * n + j;
+                __m256i lo = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), three);
+                __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, v), one);
+                q[v] = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
+            }
+        }
+        __m256i sc16 = q3_k_scales(w[i].scales);
+        __m256i lo = _mm256_permute2x128_si256(sc16, sc16, 0x00);
+        __m256i hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
+        for (int v = 0; v < 4; v++) {
+            scv[v] = bcast16(lo, 2 * v, 2 * v + 1);
+            scv[v + 4] = bcast16(hi, 2 * v, 2 * v + 1);
+        }
+        float d = f16(w[i].d);
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++) {
+            const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
+            __m256i isum = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
+            for (int v = 0; v < 8; v++) {
+                __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * v));
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[v], qx),
+                                                                scv[v]));
+            }
+            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+            isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 2));
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(isum), acc[k]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        y[k * ys] = hsum8(acc[k]);
+}
+
+/* Q4_K/Q5_K sub-block scales and mins as 8 int16 each. */
+static AI void k4_scales(const uint8_t s[12], __m128i *sc16, __m128i *m16)
+{
+    uint32_t u[3];
+    memcpy(u, s, sizeof u);
+    uint32_t s_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
+    uint32_t s_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 6) & 0x03030303u) << 4;
+    uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 6) & 0x03030303u) << 4;
+    *sc16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)s_hi, (int)s_lo));
+    *m16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo));
+}
+
+static AI void tile_q5_k(const struct quant_block_q5_k *w, const char *x, size_t xs, int nb,
+                         const int S, float *y, size_t ys)
+{
+    const __m256i low4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    __m256 acc[4];
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        acc[k] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m128i sc16, m16;
+        k4_scales(w[i].scales, &sc16, &m16);
+        __m256i sc2 = _mm256_broadcastsi128_si256(sc16);
+        __m256i q[8], scv[8];
+        __m256i hq = _mm256_loadu_si256((const __m256i *)w[i].qh);
+        for (int c = 0; c < 4; c++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * c));
+            __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hq, 2 * c), one);
+            __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hq, 2 * c + 1), one);
+            q[2 * c] = _mm256_or_si256(_mm256_and_si256(raw, low4), _mm256_slli_epi16(h0, 4));
+            q[2 * c + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low4),
+                                           _mm256_slli_epi16(h1, 4));
+        }
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < 8; j++)
+            scv[j] = bcast16(sc2, j, j);
+        __m256i mv = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
+        float d = f16(w[i].d), dmin = f16(w[i].dmin);
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++) {
+            const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
+            __m256i isum = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
+            for (int j = 0; j < 8; j++) {
+                __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * j));
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], qx),
+                                                                scv[j]));
+            }
+            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+            __m256 ms = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mv));
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(isum), acc[k]);
+            acc[k] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * a->d), ms, acc[k]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        y[k * ys] = hsum8(acc[k]);
+}
+
+/* IQ4_XS: per sub-block of 32, the table lookup gives signed levels; the sign moves onto x. */
+static AI void tile_iq4_xs(const struct quant_block_iq4_xs *w, const char *x, size_t xs,
+                           int nb, const int S, float *y, size_t ys)
+{
+    const __m256i table = iq4_table();
+    __m256 acc[4];
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        acc[k] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m256i q[8], aq[8], scv[8];
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < 8; j++) {
+            q[j] = _mm256_shuffle_epi8(table, nibbles(w[i].qs + 16 * j));
+            aq[j] = _mm256_abs_epi8(q[j]);
+            int ls = (((w[i].scales_l[j / 2] >> (4 * (j % 2))) & 15) |
+                      ((w[i].scales_h >> (2 * j)) & 3) << 4) - 32;
+            scv[j] = _mm256_set1_epi16((short)ls);
+        }
+        float d = f16(w[i].d);
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++) {
+            const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
+            __m256i isum = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
+            for (int j = 0; j < 8; j++) {
+                __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * j));
+                __m256i p = _mm256_maddubs_epi16(aq[j], _mm256_sign_epi8(qx, q[j]));
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scv[j]));
+            }
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(isum), acc[k]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        y[k * ys] = hsum8(acc[k]);
+}
+
+/* One row against sequences [0, ns): tiles of 4, then 1 at a time. */
+#define ROW_FN(name, call)                                                                     \
+    static void name(const void *w, const char *x, size_t xs, int n, int ns, float *y,         \
+                     size_t ys)                                                                \
+    {                                                                                          \
+        int s = 0;                                                                             \
+        for (; s + 4 <= ns; s += 4)                                                            \
+            call(w, x + s * xs, xs, n, 4, y + s * ys, ys);                                     \
+        for (; s < ns; s++)                                                                    \
+            call(w, x + s * xs, xs, n, 1, y + s * ys, ys);                                     \
+    }
+
+#define CALL_Q4_1(w, x, xs, n, S, y, ys)   tile_b32(w, B32_Q4_1, x, xs, (n) / QUANT_QK, S, y, ys)
+#define CALL_Q5_0(w, x, xs, n, S, y, ys)   tile_b32(w, B32_Q5_0, x, xs, (n) / QUANT_QK, S, y, ys)
+#define CALL_Q5_1(w, x, xs, n, S, y, ys)   tile_b32(w, B32_Q5_1, x, xs, (n) / QUANT_QK, S, y, ys)
+#define CALL_IQ4_NL(w, x, xs, n, S, y, ys) tile_b32(w, B32_IQ4_NL, x, xs, (n) / QUANT_QK, S, y, ys)
+#define CALL_Q2_K(w, x, xs, n, S, y, ys)   tile_q2_k(w, x, xs, (n) / QUANT_QK_K, S, y, ys)
+#define CALL_Q3_K(w, x, xs, n, S, y, ys)   tile_q3_k(w, x, xs, (n) / QUANT_QK_K, S, y, ys)
+#define CALL_Q5_K(w, x, xs, n, S, y, ys)   tile_q5_k(w, x, xs, (n) / QUANT_QK_K, S, y, ys)
+#define CALL_IQ4_XS(w, x, xs, n, S, y, ys) tile_iq4_xs(w, x, xs, (n) / QUANT_QK_K, S, y, ys)
+
+ROW_FN(row_q4_1, CALL_Q4_1)
+ROW_FN(row_q5_0, CALL_Q5_0)
+ROW_FN(row_q5_1, CALL_Q5_1)
+ROW_FN(row_iq4_nl, CALL_IQ4_NL)
+ROW_FN(row_q2_k, CALL_Q2_K)
+ROW_FN(row_q3_k, CALL_Q3_K)
+ROW_FN(row_q5_k, CALL_Q5_K)
+ROW_FN(row_iq4_xs, CALL_IQ4_XS)
+
+kern_row_fn kern_avx2_ext_row(enum ggml_type t)
+{
+    switch (t) {
+    case GGML_TYPE_Q4_1: return row_q4_1;
+    case GGML_TYPE_Q5_0: return row_q5_0;
+    case GGML_TYPE_Q5_1: return row_q5_1;
+    case GGML_TYPE_IQ4_NL: return row_iq4_nl;
+    case GGML_TYPE_Q2_K: return row_q2_k;
+    case GGML_TYPE_Q3_K: return row_q3_k;
+    case GGML_TYPE_Q5_K: return row_q5_k;
+    case GGML_TYPE_IQ4_XS: return row_iq4_xs;
+    default: return NULL;
+    }
+}
