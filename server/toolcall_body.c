@@ -1,0 +1,348 @@
+/* A call's text into calls (toolcall_impl.h): the JSON call objects of Hermes, Llama 3,
+ * Mistral and Granite ({"name", "arguments" or "parameters"}, alone or in an array), Llama
+ * 3.1's name.call(key="value"), DeepSeek R1's call blocks and functionary's name line. The
+ * whole body is checked before any call is emitted, so a bad body emits nothing. Arguments
+ * are passed on as the model wrote them (only a JSON string holding JSON is unwrapped). */
+#include "toolcall_impl.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#define MAX_CALLS 64
+
+struct call_ref {
+    const char *name, *args;
+    size_t name_len, args_len;
+    char *owned_name, *owned_args;
+};
+
+struct calls {
+    uint32_t n;
+    struct call_ref c[MAX_CALLS];
+};
+
+static void calls_free(struct calls *cs)
+{
+    for (uint32_t i = 0; i < cs->n; i++) {
+        free(cs->c[i].owned_name);
+        free(cs->c[i].owned_args);
+    }
+    cs->n = 0;
+}
+
+static bool is_ws(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+static void trim(const char **s, size_t *n)
+{
+    while (*n > 0 && is_ws(**s)) {
+        (*s)++;
+        (*n)--;
+    }
+    while (*n > 0 && is_ws((*s)[*n - 1]))
+        (*n)--;
+}
+
+static bool valid_name(const char *s, size_t n)
+{
+    if (n == 0 || n > 256)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c <= ' ' || c == '"' || c == '\\' || c == 0x7f)
+            return false;
+    }
+    return true;
+}
+
+/* Whether s[0, n) is exactly one JSON object (jansson's word on it). */
+static bool is_object(const char *s, size_t n)
+{
+    json_t *v = json_loadb(s, n, JSON_DECODE_ANY, NULL);
+    bool ok = json_is_object(v);
+    json_decref(v);
+    return ok;
+}
+
+static struct call_ref *add(struct calls *cs)
+{
+    if (cs->n >= MAX_CALLS)
+        return NULL;
+    struct call_ref *c = &cs->c[cs->n++];
+    memset(c, 0, sizeof(*c));
+    return c;
+}
+
+/* The arguments value raw: an object as written, or a string holding one (unwrapped). */
+static int set_args(struct call_ref *c, const char *v, size_t n)
+{
+    if (n > 0 && v[0] == '{') {
+        if (!is_object(v, n))
+            return -EINVAL;
+        c->args = v;
+        c->args_len = n;
+        return 0;
+    }
+    if (n > 0 && v[0] == '"') {
+        json_t *j = json_loadb(v, n, JSON_DECODE_ANY, NULL);
+        const char *s = json_string_value(j);
+        size_t len = json_string_length(j);
+        int rc = -EINVAL;
+        if (s && is_object(s, len) && (c->owned_args = malloc(len ? len : 1))) {
+            memcpy(c->owned_args, s, len);
+            c->args = c->owned_args;
+            c->args_len = len;
+            rc = 0;
+        }
+        json_decref(j);
+        return rc;
+    }
+    return -EINVAL;
+}
+
+/* {"name": "...", "arguments"|"parameters": {...}} */
+static int call_object(const char *s, size_t n, struct calls *cs)
+{
+    json_t *o = json_loadb(s, n, 0, NULL), *name;
+    const char *v;
+    size_t vlen;
+    int rc = -EINVAL;
+    struct call_ref *c;
+
+    if (!json_is_object(o) || !json_is_string(name = json_object_get(o, "name")) ||
+        !valid_name(json_string_value(name), json_string_length(name)) || !(c = add(cs)))
+        goto out;
+    if (!(c->owned_name = strndup(json_string_value(name), json_string_length(name)))) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    c->name = c->owned_name;
+    c->name_len = json_string_length(name);
+    if (toolcall_json_member(s, n, "arguments", &v, &vlen) == 0 ||
+        toolcall_json_member(s, n, "parameters", &v, &vlen) == 0) {
+        rc = set_args(c, v, vlen);
+    } else {
+        c->args = "{}";
+        c->args_len = 2;
+        rc = 0;
+    }
+out:
+    json_decref(o);
+    return rc;
+}
+
+/* One call object, or an array of them, and nothing else. */
+static int calls_json(const char *s, size_t n, struct calls *cs)
+{
+    trim(&s, &n);
+    long span = toolcall_json_span(s, n);
+    if (span <= 0 || (size_t)span != n)
+        return -EINVAL;
+    if (s[0] == '{')
+        return call_object(s, n, cs);
+    if (s[0] != '[')
+        return -EINVAL;
+    size_t p = 1;
+    int rc;
+    for (;;) {
+        long e = toolcall_json_span(s + p, n - p);
+        if (e <= 0)
+            return -EINVAL; /* an empty array is no call */
+        const char *el = s + p;
+        size_t elen = (size_t)e;
+        trim(&el, &elen);
+        if ((rc = call_object(el, elen, cs)) < 0)
+            return rc;
+        p += (size_t)e;
+        while (p < n && is_ws(s[p]))
+            p++;
+        if (p < n && s[p] == ']')
+            return 0;
+        if (p >= n || s[p] != ',')
+            return -EINVAL;
+        p++;
+    }
+}
+
+/* Llama 3.1's built-in tools: name.call(key="value", key=1) */
+static int calls_python(const char *s, size_t n, struct calls *cs)
+{
+    size_t p = 0;
+    trim(&s, &n);
+    while (p < n && (s[p] == '_' || s[p] == '-' || (s[p] >= 'a' && s[p] <= 'z') ||
+                     (s[p] >= 'A' && s[p] <= 'Z') || (s[p] >= '0' && s[p] <= '9')))
+        p++;
+    if (p == 0 || n - p < 7 || memcmp(s + p, ".call(", 6) != 0 || s[n - 1] != ')')
+        return -EINVAL;
+    size_t name_len = p, end = n - 1;
+    json_t *args = json_object();
+    int rc = -EINVAL;
+    if (!args)
+        return -ENOMEM;
+    p += 6;
+    while (p < end) {
+        while (p < end && (is_ws(s[p]) || s[p] == ','))
+            p++;
+        size_t k0 = p;
+        while (p < end && s[p] != '=' && !is_ws(s[p]))
+            p++;
+        if (p >= end || s[p] != '=' || p == k0)
+            goto out;
+        size_t k1 = p++;
+        long v = toolcall_json_span(s + p, end - p);
+        if (v == 0) /* a number running to the closing parenthesis */
+            v = (long)(end - p);
+        json_t *val = v > 0 ? json_loadb(s + p, (size_t)v, JSON_DECODE_ANY, NULL) : NULL;
+        if (!val)
+            goto out;
+        char key[128];
+        if (k1 - k0 >= sizeof(key)) {
+            json_decref(val);
+            goto out;
+        }
+        memcpy(key, s + k0, k1 - k0);
+        key[k1 - k0] = '\0';
+        json_object_set_new(args, key, val);
+        p += (size_t)v;
+    }
+    struct call_ref *c = add(cs);
+    if (!c)
+        goto out;
+    c->name = s;
+    c->name_len = name_len;
+    if (!(c->owned_args = json_dumps(args, JSON_COMPACT))) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    c->args = c->owned_args;
+    c->args_len = strlen(c->owned_args);
+    rc = 0;
+out:
+    json_decref(args);
+    return rc;
+}
+
+static bool eat(const char *s, size_t n, size_t *p, const char *lit)
+{
+    size_t l = strlen(lit);
+    if (n - *p < l || memcmp(s + *p, lit, l) != 0)
+        return false;
+    *p += l;
+    return true;
+}
+
+static void skip_ws(const char *s, size_t n, size_t *p)
+{
+    while (*p < n && is_ws(s[*p]))
+        (*p)++;
+}
+
+/* name, a newline, then the arguments object, maybe fenced as ```json ... ``` */
+static int call_named(const char *s, size_t n, size_t *p, struct calls *cs)
+{
+    const char *nl = memchr(s + *p, '\n', n - *p);
+    if (!nl)
+        return -EINVAL;
+    const char *name = s + *p;
+    size_t name_len = (size_t)(nl - name);
+    trim(&name, &name_len);
+    if (!valid_name(name, name_len))
+        return -EINVAL;
+    *p = (size_t)(nl - s) + 1;
+    skip_ws(s, n, p);
+    bool fenced = eat(s, n, p, "```json") || eat(s, n, p, "```");
+    skip_ws(s, n, p);
+    long span = toolcall_json_span(s + *p, n - *p);
+    if (span <= 0)
+        return -EINVAL;
+    struct call_ref *c = add(cs);
+    if (!c)
+        return -EINVAL;
+    c->name = name;
+    c->name_len = name_len;
+    int rc = set_args(c, s + *p, (size_t)span);
+    if (rc < 0)
+        return rc;
+    *p += (size_t)span;
+    skip_ws(s, n, p);
+    if (fenced && !eat(s, n, p, "```"))
+        return -EINVAL;
+    skip_ws(s, n, p);
+    return 0;
+}
+
+/* <｜tool▁call▁begin｜>function<｜tool▁sep｜>name\n```json\n{...}\n```<｜tool▁call▁end｜>, ... */
+static int calls_deepseek(const char *s, size_t n, struct calls *cs)
+{
+    size_t p = 0;
+    int rc;
+    skip_ws(s, n, &p);
+    if (p >= n)
+        return -EINVAL;
+    while (p < n) {
+        if (!eat(s, n, &p, TC_DS_CALL_BEGIN))
+            return -EINVAL;
+        const char *sep = memmem(s + p, n - p, TC_DS_SEP, strlen(TC_DS_SEP));
+        if (!sep)
+            return -EINVAL;
+        p = (size_t)(sep - s) + strlen(TC_DS_SEP);
+        if ((rc = call_named(s, n, &p, cs)) < 0)
+            return rc;
+        if (!eat(s, n, &p, TC_DS_CALL_END))
+            return -EINVAL;
+        skip_ws(s, n, &p);
+    }
+    return 0;
+}
+
+static int calls_functionary(const char *s, size_t n, struct calls *cs)
+{
+    size_t p = 0;
+    int rc = call_named(s, n, &p, cs);
+    if (rc < 0)
+        return rc;
+    return p == n ? 0 : -EINVAL;
+}
+
+int tc_parse_body(struct toolcall *t, const struct tc_marker *m, const char *s, size_t n,
+                  toolcall_cb cb, void *arg)
+{
+    struct calls *cs = calloc(1, sizeof(*cs));
+    int rc;
+    if (!cs)
+        return -ENOMEM;
+    switch (m->body) {
+    case TC_BODY_JSON:
+    case TC_BODY_BARE:
+        rc = calls_json(s, n, cs);
+        break;
+    case TC_BODY_PYTHON_TAG: {
+        const char *b = s;
+        size_t bn = n;
+        trim(&b, &bn);
+        rc = bn && (b[0] == '{' || b[0] == '[') ? calls_json(s, n, cs) : calls_python(s, n, cs);
+        break;
+    }
+    case TC_BODY_DEEPSEEK:
+        rc = calls_deepseek(s, n, cs);
+        break;
+    case TC_BODY_FUNCTIONARY:
+        rc = calls_functionary(s, n, cs);
+        break;
+    default:
+        rc = -EINVAL;
+    }
+    if (rc == 0 && cs->n == 0)
+        rc = -EINVAL;
+    for (uint32_t i = 0; rc == 0 && i < cs->n; i++)
+        rc = tc_emit_call(t, cs->c[i].name, cs->c[i].name_len, cs->c[i].args,
+                          cs->c[i].args_len, cb, arg);
+    calls_free(cs);
+    free(cs);
+    return rc;
+}
