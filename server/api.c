@@ -19,6 +19,7 @@
 
 #include "config.h"
 #include "api_impl.h"
+#include "api_chat.h"
 #include "gguf.h"
 #include "model_info.h"
 #include "hist.h"
@@ -78,6 +79,10 @@ static int open_gguf(struct front_model *m, const struct kiln_config *cfg, char 
     if (!(m->tok = tokenizer_create_gguf(m->gguf, err, errlen)))
         return -EINVAL;
     chat_template_from_gguf(&m->tmpl, m->gguf);
+    if (gguf_get_str(m->gguf, "tokenizer.chat_template", &s) == 0) {
+        m->tool_format = toolcall_format_detect(s.ptr, (size_t)s.len);
+        m->thinks = toolcall_template_thinks(s.ptr, (size_t)s.len);
+    }
     return 0;
 }
 
@@ -90,6 +95,8 @@ int front_model_open(struct front_model *m, const struct kiln_config *cfg, char 
         snprintf(m->name, sizeof(m->name), "mock");
         m->max_context = cfg->ctx ? cfg->ctx : MOCK_CONTEXT;
         m->tmpl.family = CHAT_FAMILY_FALLBACK;
+        m->tool_format = TOOLCALL_FORMAT_ANY; /* the mock says what it is told to */
+        m->thinks = true;
         if (!(m->tok = tokenizer_create_bytes())) {
             snprintf(err, errlen, "out of memory");
             return -ENOMEM;
@@ -106,6 +113,16 @@ int front_model_open(struct front_model *m, const struct kiln_config *cfg, char 
             return -EINVAL;
         }
         m->tmpl.family = (enum chat_family)fam;
+    }
+    if (cfg->tool_call_format) {
+        int fmt = toolcall_format_from_name(cfg->tool_call_format);
+        if (fmt < 0) {
+            snprintf(err, errlen, "--tool-call-format: unknown format '%s'",
+                     cfg->tool_call_format);
+            front_model_close(m);
+            return -EINVAL;
+        }
+        m->tool_format = (enum toolcall_format)fmt;
     }
     if (m->max_context > WIRE_MAX_PROMPT + 1)
         m->max_context = WIRE_MAX_PROMPT + 1; /* a JOB cannot carry more */
@@ -154,83 +171,33 @@ void api_send_error(struct evhttp_request *http, int status, const char *type,
 
 /* ---- requests ---- */
 
-/* Render a chat request's messages (malloc'd text, with the ranges of message content in
- * *spans, malloc'd), or NULL with e set. */
-static char *chat_text(struct front *f, json_t *o, struct tokenizer_span **spans,
-                       size_t *n_spans, struct perr *e)
+/* Check and render a chat request's conversation into *text (malloc'd, with the ranges of
+ * message content in *spans, malloc'd), and set how r's reply is read (tool calls,
+ * reasoning). Returns 0, -EINVAL with e set, or -ENOMEM. */
+static int chat_text(struct request *r, json_t *o, char **text, struct tokenizer_span **spans,
+                     size_t *n_spans, struct perr *e)
 {
-    json_t *msgs = json_object_get(o, "messages"), *m;
-    struct chat_msg *cm = NULL;
-    char **owned = NULL, err[256] = "", *out = NULL;
-    size_t i, n;
+    const struct front_model *m = &r->f->model;
+    struct api_chat c;
+    /* a model whose template shows no call markup is told to use Hermes' tags */
+    enum toolcall_format fmt =
+        m->tool_format == TOOLCALL_FORMAT_NONE ? TOOLCALL_FORMAT_ANY : m->tool_format;
+    int rc = api_chat_parse(o, &c, e);
 
-    if (!msgs || !json_is_array(msgs)) {
-        bad(e, "messages", "'%s' must be an array of messages", "messages");
-        return NULL;
+    *text = NULL;
+    if (rc == 0) {
+        *text = api_chat_render_family(&m->tmpl, fmt, &c, spans, n_spans, e);
+        rc = *text ? 0 : e->status == 500 ? -ENOMEM : -EINVAL;
     }
-    if ((n = json_array_size(msgs)) == 0) {
-        bad(e, "messages", "'%s' must not be empty", "messages");
-        return NULL;
+    if (rc == 0) {
+        r->tc.format = c.choice == API_TOOL_CHOICE_NONE ? TOOLCALL_FORMAT_NONE : fmt;
+        r->tc.reasoning = m->thinks && !c.reasoning_inline;
+        r->tc.in_think = toolcall_prompt_in_think(*text, strlen(*text));
+        r->tc.parallel = c.parallel;
+        r->tc.req_id = r->req_id;
     }
-    cm = calloc(n, sizeof(*cm));
-    owned = calloc(n, sizeof(*owned));
-    if (!cm || !owned)
-        goto out;
-    json_array_foreach(msgs, i, m) {
-        json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
-        if (!json_is_object(m) || !json_is_string(role)) {
-            bad(e, "messages", "each of '%s' needs a string 'role'", "messages");
-            goto out;
-        }
-        cm[i].role = json_string_value(role);
-        if (!content || json_is_null(content)) {
-            cm[i].content = "";
-        } else if (json_is_string(content)) {
-            cm[i].content = json_string_value(content);
-        } else if (json_is_array(content)) {
-            /* content parts: text ones only (this model reads no images or audio), joined */
-            json_t *part;
-            size_t k, total = 1;
-            json_array_foreach(content, k, part) {
-                json_t *t = json_object_get(part, "text"), *ty = json_object_get(part, "type");
-                if (!json_is_object(part) || (ty && !json_is_string(ty))) {
-                    bad(e, "messages", "message %zu: each content part must be an object with "
-                        "a string 'type'", i);
-                    goto out;
-                }
-                if (ty && strcmp(json_string_value(ty), "text") != 0) {
-                    bad(e, "messages", "message %zu: content part type '%.64s' is not "
-                        "supported (only 'text')", i, json_string_value(ty));
-                    goto out;
-                }
-                if (!json_is_string(t)) {
-                    bad(e, "messages", "message %zu: a text part needs a string '%s'", i,
-                        "text");
-                    goto out;
-                }
-                total += json_string_length(t);
-            }
-            if (!(owned[i] = malloc(total)))
-                goto out;
-            owned[i][0] = '\0';
-            json_array_foreach(content, k, part) {
-                strcat(owned[i], json_string_value(json_object_get(part, "text")));
-            }
-            cm[i].content = owned[i];
-        } else {
-            bad(e, "messages", "a message's '%s' must be a string", "content");
-            goto out;
-        }
-    }
-    out = chat_render_spans(&f->model.tmpl, cm, n, true, spans, n_spans, err, sizeof(err));
-    if (!out)
-        bad(e, "messages", "%s", err[0] ? err : "the messages cannot be rendered");
-out:
-    for (i = 0; owned && i < n; i++)
-        free(owned[i]);
-    free(owned);
-    free(cm);
-    return out;
+    api_chat_free(&c);
+    return rc;
 }
 
 /* Tokens for text; sets r->prompt and the length checks of DESIGN "generate". */
@@ -380,10 +347,8 @@ static void handle_generate(struct front *f, struct evhttp_request *http, enum r
     if (kind == REQUEST_KIND_CHAT) {
         struct tokenizer_span *spans = NULL;
         size_t n_spans = 0;
-        if (!(chat = chat_text(f, o, &spans, &n_spans, &e))) {
-            rc = -EINVAL;
+        if ((rc = chat_text(r, o, &chat, &spans, &n_spans, &e)) < 0)
             goto fail_rc;
-        }
         if (strlen(chat) > f->cfg->max_prompt_bytes) {
             free(spans);
             rc = bad(&e, "messages", "the messages are longer than %llu bytes",

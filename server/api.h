@@ -12,6 +12,7 @@
 #include "chat.h"
 #include "metrics.h"
 #include "queue.h"
+#include "toolcall.h"
 #include "wire.h"
 
 struct evhttp;
@@ -29,6 +30,8 @@ struct front_model {
     uint32_t max_context;
     struct tokenizer *tok;
     struct chat_template tmpl;
+    enum toolcall_format tool_format; /* the markup of the model's calls (NONE: unknown) */
+    bool thinks;                      /* its template has <think> blocks */
     struct gguf *gguf; /* open while the tokenizer may borrow from it; NULL for the mock */
 };
 

@@ -54,4 +54,16 @@ char *api_json_finish(json_t *root);
 json_t *api_json_logprobs(const struct request *r, const struct relay_token *toks, uint32_t n,
                           json_t *append_to, uint32_t *text_offset);
 
+/* Chat stream chunks of a parsed reply (malloc'd JSON text, NULL when out of memory): a
+ * delta of one text field (e.g. "reasoning_content"), and a tool call's delta (id and name
+ * given: the call's first chunk, with "type"; arguments always, maybe ""). */
+char *api_json_delta_chunk(const struct request *r, uint32_t index, const char *field,
+                           const char *text, size_t len);
+char *api_json_tool_chunk(const struct request *r, uint32_t index, uint32_t call_index,
+                          const char *id, const char *name, size_t name_len, const char *args,
+                          size_t args_len);
+/* A whole reply's tool call {id, type: "function", function: {name, arguments}}. */
+json_t *api_json_tool_call(const char *id, const char *name, size_t name_len, const char *args,
+                           size_t args_len);
+
 #endif

@@ -191,6 +191,26 @@ char *api_json_usage_chunk(const struct request *r)
     return api_json_finish(root);
 }
 
+/* A whole chat reply's message: content (null when the reply is calls only), and the
+ * reasoning and tool calls the reply parser found. */
+static json_t *chat_message(const struct request_out *o, const char *text, size_t len)
+{
+    json_t *m = json_pack("{s:s}", "role", "assistant");
+    if (!m)
+        return NULL;
+    json_object_set_new(m, "content",
+                        len == 0 && o->tool_calls ? json_null() : api_json_text(text, len));
+    if (o->reasoning) {
+        size_t n = evbuffer_get_length(o->reasoning);
+        json_object_set_new(m, "reasoning_content",
+                            api_json_text(n ? (const char *)evbuffer_pullup(o->reasoning, -1)
+                                            : "", n));
+    }
+    if (o->tool_calls)
+        json_object_set(m, "tool_calls", o->tool_calls);
+    return m;
+}
+
 char *api_json_reply(const struct request *r)
 {
     bool chat = r->kind == REQUEST_KIND_CHAT;
@@ -216,9 +236,7 @@ char *api_json_reply(const struct request *r)
         if (!choice)
             goto fail;
         if (chat)
-            json_object_set_new(choice, "message",
-                                json_pack("{s:s, s:o}", "role", "assistant", "content",
-                                          api_json_text(text, len)));
+            json_object_set_new(choice, "message", chat_message(o, text, len));
         else
             json_object_set_new(choice, "text", api_json_text(text, len));
         json_array_append_new(choices, choice);

@@ -155,8 +155,8 @@ static bool asks_for(json_t *o, const char *k)
 /* Fields a client may send that kiln does not implement: a 400 naming the first. */
 static int parse_unsupported(const struct request *r, json_t *o, struct perr *e)
 {
-    static const char *const fields[] = {"tools",  "tool_choice", "functions", "function_call",
-                                         "audio",  "modalities",  "prediction", "suffix"};
+    static const char *const fields[] = {"functions", "function_call", "audio",
+                                         "modalities", "prediction", "suffix"};
     json_t *v;
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
         if (asks_for(o, fields[i]))

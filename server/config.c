@@ -50,6 +50,9 @@ static const struct opt opts[] = {
      "let prompts inject faults into the mock (tests only)"},
     {"chat-template", OPT_STR, F(chat_template), 0, 0, "(from the model)",
      "chat template family: fallback, chatml, llama2, llama3, mistral, zephyr, phi3, gemma"},
+    {"tool-call-format", OPT_STR, F(tool_call_format), 0, 0, "(from the template)",
+     "the markup the model writes tool calls in: hermes, llama3, mistral, granite, "
+     "deepseek-r1, functionary, any (every one but functionary's) or none"},
     {"log-level", OPT_LEVEL, F(log_level), 0, 0, "info", "debug, info, warn or error"},
     {"watchdog-ms", OPT_U32, F(watchdog_ms), 0, 86400000, "10000",
      "kill a worker that has work but makes no progress for this long (0: never)"},

@@ -37,6 +37,7 @@ struct kiln_config {
     uint32_t drain_ms;          /* on SIGTERM, running requests get this long to finish */
     uint32_t restart_backoff_ms; /* first respawn delay; doubles per death in a row */
     const char *chat_template;  /* NULL: detect from the model */
+    const char *tool_call_format; /* NULL: detect from the model's template */
     enum log_level log_level;
     /* the API's keys and limits */
     struct config_strs api_keys;   /* --api-key, repeatable */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <sys/time.h>
@@ -106,6 +107,9 @@ static void request_maybe_free(struct request *r)
         for (uint32_t i = 0; i < r->n_choices; i++) {
             if (r->outs[i].text)
                 evbuffer_free(r->outs[i].text);
+            if (r->outs[i].reasoning)
+                evbuffer_free(r->outs[i].reasoning);
+            json_decref(r->outs[i].tool_calls);
             json_decref(r->outs[i].logprobs);
         }
         if (r->ev_timeout)
@@ -118,6 +122,7 @@ static void request_maybe_free(struct request *r)
         free(r->stops[i]);
     free(r->prompt);
     relay_destroy(r->relay);
+    toolcall_destroy(r->tc_parser);
     if (r->text)
         evbuffer_free(r->text);
     free(r);
@@ -245,6 +250,71 @@ static void emit_started(struct request *r, uint32_t prompt_tokens)
         stream_begin(lead);
 }
 
+/* A call's id: 9 letters and digits for Mistral (its template insists), else "call_" and 24. */
+static void call_id(const struct request *r, char *id, size_t cap)
+{
+    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char rnd[24];
+    bool mistral = r->tc.format == TOOLCALL_FORMAT_MISTRAL;
+    size_t n = mistral ? 9 : 24, o = 0;
+    if (getrandom(rnd, n, GRND_NONBLOCK) != (ssize_t)n) {
+        uint64_t x = hist_now_us() ^ (r->req_id * 0x9e3779b97f4a7c15ull);
+        for (size_t i = 0; i < n; i++, x = x * 6364136223846793005ull + 1442695040888963407ull)
+            rnd[i] = (unsigned char)(x >> 33);
+    }
+    if (!mistral)
+        o = (size_t)snprintf(id, cap, "call_");
+    for (size_t i = 0; i < n && o + 1 < cap; i++)
+        id[o++] = al[rnd[i] % (sizeof(al) - 1)];
+    id[o] = '\0';
+}
+
+/* One piece of a parsed reply (toolcall.h): a stream chunk, or into the whole reply. */
+static int on_piece(void *arg, const struct toolcall_piece *p)
+{
+    struct request *r = arg, *lead = r->lead;
+    struct request_out *o = &lead->outs[r->index];
+    char id[40] = "";
+
+    if (!lead->http)
+        return 0;
+    if (p->kind == TOOLCALL_CALL)
+        call_id(r, id, sizeof(id));
+    if (lead->stream) {
+        char *j = NULL;
+        stream_begin(lead);
+        if (p->kind == TOOLCALL_CALL) {
+            /* as OpenAI streams a call: its id and name first, then the arguments */
+            j = api_json_tool_chunk(lead, r->index, p->index, id, p->name, p->name_len, "", 0);
+            send_sse(lead, j);
+            free(j);
+            j = api_json_tool_chunk(lead, r->index, p->index, NULL, NULL, 0, p->text, p->len);
+        } else if (p->kind == TOOLCALL_REASONING) {
+            j = api_json_delta_chunk(lead, r->index, "reasoning_content", p->text, p->len);
+        } else {
+            j = api_json_chunk(lead, r->index, p->text, p->len, false, NULL, NULL);
+        }
+        send_sse(lead, j);
+        free(j);
+        return 0;
+    }
+    if (p->kind == TOOLCALL_CONTENT) {
+        evbuffer_add(o->text, p->text, p->len);
+    } else if (p->kind == TOOLCALL_REASONING) {
+        if (!o->reasoning && !(o->reasoning = evbuffer_new()))
+            return -ENOMEM;
+        evbuffer_add(o->reasoning, p->text, p->len);
+    } else {
+        json_t *call = api_json_tool_call(id, p->name, p->name_len, p->text, p->len);
+        if (!call || (!o->tool_calls && !(o->tool_calls = json_array()))) {
+            json_decref(call);
+            return -ENOMEM;
+        }
+        json_array_append_new(o->tool_calls, call);
+    }
+    return 0;
+}
+
 static void emit_text(struct request *r, const struct relay_event *ev)
 {
     struct request *lead = r->lead;
@@ -267,6 +337,21 @@ static void emit_text(struct request *r, const struct relay_event *ev)
     if (lead->logprobs)
         lp = api_json_logprobs(lead, ev->tokens, ev->n_tokens, lead->stream ? NULL : o->logprobs,
                                &o->text_offset);
+    if (r->tc_parser) {
+        /* the parser decides what of the text is content, reasoning or a call */
+        if (lead->stream && lp) {
+            stream_begin(lead);
+            char *j = api_json_chunk(lead, r->index, NULL, 0, false, NULL, lp);
+            send_sse(lead, j);
+            free(j);
+        } else if (!lead->stream) {
+            o->logprobs = lp;
+        }
+        if (toolcall_push(r->tc_parser, ev->text, ev->len, on_piece, r) < 0)
+            log_warn("request %llu: out of memory reading the reply for tool calls",
+                     (unsigned long long)r->req_id);
+        return;
+    }
     if (lead->stream) {
         stream_begin(lead);
         char *j = api_json_chunk(lead, r->index, ev->text, ev->len, false, NULL, lp);
@@ -327,7 +412,12 @@ static void emit_finished(struct request *r, enum finish_reason reason, uint32_t
 {
     struct request *lead = r->lead;
     struct request_out *o = &lead->outs[r->index];
+    if (r->tc_parser && lead->http && toolcall_finish(r->tc_parser, on_piece, r) < 0)
+        log_warn("request %llu: out of memory reading the reply for tool calls",
+                 (unsigned long long)r->req_id);
     o->finish = api_finish_name(reason);
+    if (r->tc_parser && toolcall_count(r->tc_parser) > 0 && reason != FINISH_REASON_LENGTH)
+        o->finish = "tool_calls";
     o->completion_tokens = completion;
     r->completion_tokens = completion;
     r->choice_done = true;
@@ -517,6 +607,8 @@ static struct request *make_choice(struct request *lead, uint32_t i)
     c->sampling = lead->sampling;
     c->sampling.seed = lead->sampling.seed + i;
     c->max_new_tokens = lead->max_new_tokens;
+    c->tc = lead->tc;
+    c->tc.req_id = c->req_id;
     c->lead = lead;
     c->index = i;
     c->t_admit_us = lead->t_admit_us;
@@ -559,6 +651,9 @@ int request_start(struct request *r)
             rc = -ENOMEM;
         if (rc == 0)
             rc = make_relay(r, r->choices[i]);
+        if (rc == 0 && (r->tc.format != TOOLCALL_FORMAT_NONE || r->tc.reasoning) &&
+            !(r->choices[i]->tc_parser = toolcall_create(&r->choices[i]->tc)))
+            rc = -ENOMEM;
         if (rc < 0)
             break;
     }

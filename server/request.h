@@ -10,6 +10,7 @@
 #include <sys/queue.h>
 
 #include "proto.h"
+#include "toolcall.h"
 
 struct evhttp_request;
 struct evbuffer;
@@ -29,7 +30,9 @@ struct request_out {
     struct evbuffer *text;     /* whole replies: the text so far */
     struct json_t *logprobs;   /* whole replies with logprobs: the route's shape so far */
     uint32_t text_offset;      /* completions' logprobs.text_offset: bytes so far */
-    const char *finish;        /* "stop"/"length" once the choice finished, else NULL */
+    struct evbuffer *reasoning; /* whole chat replies: the reasoning so far (NULL: none) */
+    struct json_t *tool_calls; /* whole chat replies: the calls so far (NULL: none) */
+    const char *finish;        /* "stop"/"length"/"tool_calls" once finished, else NULL */
     uint32_t completion_tokens;
 };
 
@@ -66,6 +69,10 @@ struct request {
 
     struct event *ev_peer; /* the client's socket readable: did it leave? */
     struct relay *relay;
+    /* chat replies read for tool calls and reasoning (tc.format NONE and !tc.reasoning: the
+     * text goes out as it is); each choice has its own parser */
+    struct toolcall_config tc;
+    struct toolcall *tc_parser;
     struct evbuffer *text; /* whole (non-stream) replies: the text so far */
     uint32_t prompt_tokens, completion_tokens;
 

@@ -240,28 +240,30 @@ enum { STEP_MORE = 0, STEP_AGAIN = 1 };
 
 static int step_start(struct toolcall *t, bool final)
 {
-    size_t i = 0;
+    size_t i = 0, tl = strlen(THINK_OPEN);
     while (i < t->len && is_ws(t->buf[i]))
         i++;
-    buf_drop(t, i);
-    if (t->len == 0)
+    if (i == t->len && !final)
         return STEP_MORE;
-    if (t->cfg.reasoning) {
-        if (!final && is_prefix(t->buf, t->len, THINK_OPEN))
+    if (t->cfg.reasoning && i < t->len) {
+        if (!final && is_prefix(t->buf + i, t->len - i, THINK_OPEN))
             return STEP_MORE;
-        if (t->len >= strlen(THINK_OPEN) && memcmp(t->buf, THINK_OPEN, strlen(THINK_OPEN)) == 0) {
-            buf_drop(t, strlen(THINK_OPEN));
+        if (t->len - i >= tl && memcmp(t->buf + i, THINK_OPEN, tl) == 0) {
+            buf_drop(t, i + tl);
             t->state = TC_STATE_REASONING;
             t->strip_lead = true;
             return STEP_AGAIN;
         }
     }
-    if (t->bare_json && t->buf[0] == '{') {
+    if (t->bare_json && i < t->len && t->buf[i] == '{') {
+        buf_drop(t, i);
         t->state = TC_STATE_CALL;
         t->cur = &m_bare;
         return STEP_AGAIN;
     }
+    /* plain content: its leading blanks are the reply's */
     t->state = TC_STATE_CONTENT;
+    t->strip_lead = false;
     return STEP_AGAIN;
 }
 
