@@ -423,6 +423,82 @@ static void test_model_llama_ctx_zero_fits_the_budget(void **state)
     model_destroy(m);
 }
 
+/* ---- llama.cpp's quantization presets ------------------------------------------------ */
+
+static const char *gen_quant(struct fix *f, const char *preset, const char *shape, int layers,
+                             const char *arch)
+{
+    struct model_gen_opts o = {.type = GGML_TYPE_Q8_0, .seed = 11, .arch = arch, .quant = preset};
+    char err[256];
+    assert_int_equal(model_gen_preset(&o, shape), 0);
+    if (layers)
+        o.layers = layers;
+    snprintf(f->path, sizeof(f->path), "%s/%s-%s.gguf", f->dir, shape, preset);
+    if (model_gen_write(&o, f->path, err, sizeof(err)) < 0)
+        fail_msg("model_gen_write: %s", err);
+    return f->path;
+}
+
+static enum ggml_type tensor_type(const char *path, const char *name)
+{
+    char err[256];
+    struct gguf *g = gguf_open(path, err, sizeof(err));
+    assert_non_null(g);
+    const struct gguf_tensor *t = gguf_find_tensor(g, name);
+    assert_non_null(t);
+    enum ggml_type ty = t->type;
+    gguf_close(g);
+    return ty;
+}
+
+/* Every preset from Q2_K to Q8_0 plus IQ4_XS loads, mixes types as llama.cpp's does, and the
+ * SIMD kernels agree with the scalar ones on it. */
+static void test_model_llama_quant_presets_load_and_match_scalar(void **state)
+{
+    static const char *const presets[] = {"Q2_K",   "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S",
+                                          "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K",   "IQ4_XS",
+                                          "Q4_0",   "Q4_1",   "Q5_0",   "Q5_1",   "Q8_0"};
+    for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++)
+        compare_fast(gen_quant(*state, presets[i], "tiny", 0, NULL), 1);
+    const char *p = gen_quant(*state, "Q4_K_M", "tiny", 0, NULL);
+    assert_int_equal(tensor_type(p, "output.weight"), GGML_TYPE_Q6_K);
+    /* of two layers, the last gets more bits (the first eighth is layer 0 only from 8 on) */
+    assert_int_equal(tensor_type(p, "blk.0.ffn_down.weight"), GGML_TYPE_Q4_K);
+    assert_int_equal(tensor_type(p, "blk.1.ffn_down.weight"), GGML_TYPE_Q6_K);
+    assert_int_equal(tensor_type(p, "blk.1.attn_v.weight"), GGML_TYPE_Q6_K);
+    assert_int_equal(tensor_type(p, "blk.0.attn_q.weight"), GGML_TYPE_Q4_K);
+    p = gen_quant(*state, "Q2_K", "tiny", 0, NULL);
+    assert_int_equal(tensor_type(p, "blk.1.ffn_down.weight"), GGML_TYPE_Q3_K);
+    assert_int_equal(tensor_type(p, "blk.1.ffn_up.weight"), GGML_TYPE_Q2_K);
+}
+
+/* Qwen2.5-0.5B's shape (896-wide rows, 4864-wide FFN, 14/2 heads; two of its 24 layers) as
+ * Q4_K_M: the 896-column matrices fall back to Q5_0 / Q8_0 as in the real file, and it loads,
+ * generates and agrees with the scalar kernels. */
+static void test_model_llama_qwen05_q4_k_m_loads_and_generates(void **state)
+{
+    const char *p = gen_quant(*state, "Q4_K_M", "qwen2.5-0.5b", 2, "qwen2");
+    assert_int_equal(tensor_type(p, "token_embd.weight"), GGML_TYPE_Q5_0);
+    assert_int_equal(tensor_type(p, "output.weight"), GGML_TYPE_Q8_0);
+    assert_int_equal(tensor_type(p, "blk.1.attn_q.weight"), GGML_TYPE_Q5_0);
+    assert_int_equal(tensor_type(p, "blk.0.attn_v.weight"), GGML_TYPE_Q5_0);
+    assert_int_equal(tensor_type(p, "blk.1.attn_v.weight"), GGML_TYPE_Q8_0);
+    assert_int_equal(tensor_type(p, "blk.1.ffn_down.weight"), GGML_TYPE_Q6_K);
+    struct model *m = load(p, 1, kern_ops_select());
+    uint32_t nv = m->n_vocab, prompt[8] = {1, 300, 301, 302, 303, 304, 305, 306}, tok;
+    float *lg = malloc(nv * sizeof(float));
+    assert_non_null(lg);
+    assert_int_equal(model_prefill(m, 0, prompt, 8, lg), 0);
+    for (int i = 0; i < 16; i++) {
+        tok = argmax(lg, nv);
+        assert_true(tok < nv && isfinite(lg[tok]));
+        assert_int_equal(decode1(m, 0, tok, lg), 0);
+    }
+    free(lg);
+    model_destroy(m);
+    compare_fast(p, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -438,6 +514,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_model_llama_rejects_bad_calls, setup, teardown),
         cmocka_unit_test_setup_teardown(test_model_llama_ctx_zero_fits_the_budget, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_model_llama_quant_presets_load_and_match_scalar,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_model_llama_qwen05_q4_k_m_loads_and_generates,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests_name("model_llama", tests, NULL, NULL);
 }

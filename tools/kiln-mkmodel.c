@@ -11,11 +11,15 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: kiln-mkmodel --out FILE.gguf [--vocab VOCAB.gguf]\n"
-               "         (--preset tinyllama|smollm|tiny | --dim N --layers N --heads N\n"
+               "         (--preset tinyllama|smollm|tiny|qwen2.5-0.5b | --dim N --layers N --heads N\n"
                "          --kv-heads N --ffn N --ctx N)\n"
-               "         [--type TYPE] [--arch llama|qwen2]\n"
+               "         [--type TYPE | --quant PRESET] [--arch llama|qwen2]\n"
                "         [--seed N] [--tied]\n"
-               "TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl q2_k q3_k q4_k q5_k q6_k iq4_xs\n"
+               "TYPE (every matrix): f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl q2_k q3_k q4_k\n"
+               "    q5_k q6_k iq4_xs\n"
+               "PRESET (llama-quantize's mix of types, with its fallbacks for rows that are not\n"
+               "    multiples of 256): Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M\n"
+               "    Q6_K IQ4_XS IQ4_NL Q4_0 Q4_1 Q5_0 Q5_1 Q8_0\n"
                "Without --vocab the model gets a synthetic 512-token SentencePiece vocabulary.\n");
 }
 
@@ -42,6 +46,7 @@ int main(int argc, char **argv)
         {"ctx", required_argument, NULL, 'c'},     {"type", required_argument, NULL, 't'},
         {"arch", required_argument, NULL, 'a'},    {"seed", required_argument, NULL, 's'},
         {"tied", no_argument, NULL, 'T'},          {"help", no_argument, NULL, 'H'},
+        {"quant", required_argument, NULL, 'q'},
         {NULL, 0, NULL, 0},
     };
     int c, bad = 0;
@@ -67,6 +72,13 @@ int main(int argc, char **argv)
                 fprintf(stderr, "kiln-mkmodel: unknown type %s\n", optarg);
                 return 2;
             }
+            break;
+        case 'q':
+            if (model_gen_quant_base(optarg) == GGML_TYPE_COUNT) {
+                fprintf(stderr, "kiln-mkmodel: unknown quantization preset %s\n", optarg);
+                return 2;
+            }
+            o.quant = optarg;
             break;
         case 'a':
             if (strcmp(optarg, "llama") != 0 && strcmp(optarg, "qwen2") != 0) {

@@ -47,6 +47,7 @@ int model_gen_preset(struct model_gen_opts *o, const char *name)
         {"tinyllama", 2048, 22, 32, 4, 5632, 2048},
         {"smollm", 576, 30, 9, 3, 1536, 2048},
         {"tiny", 256, 2, 4, 2, 512, 256},
+        {"qwen2.5-0.5b", 896, 24, 14, 2, 4864, 4096}, /* its 896-wide rows: K-quant fallbacks */
     };
     for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) {
         if (strcasecmp(name, p[i].name) == 0) {
@@ -199,6 +200,8 @@ static int add_tensor(struct gguf_writer *w, const struct model_gen_opts *o, con
     size_t rb;
     int rc = -ENOMEM;
 
+    if (o->quant && type == o->type)
+        type = model_gen_quant_type(o, name, cols);
     if (o->defect_tensor && strcmp(o->defect_tensor, name) == 0) {
         if (o->defect_rows > 0)
             nrows = rows = o->defect_rows;
@@ -236,7 +239,7 @@ static int write_meta(struct gguf_writer *w, const struct model_gen_opts *o, con
     int rc = 0, head_dim = o->dim / o->heads;
 
     snprintf(name, sizeof(name), "kiln random %s %dx%d %s", arch, o->dim, o->layers,
-             quant_type_name(o->type));
+             o->quant ? o->quant : quant_type_name(o->type));
     rc = gguf_write_str(w, "general.architecture", arch);
     rc = rc ? rc : gguf_write_str(w, "general.name", name);
 #define U32(key, v)                                                                        \
@@ -275,7 +278,13 @@ int model_gen_write(const struct model_gen_opts *o, const char *path, char *err,
         snprintf(err, errlen, "bad model shape or type");
         return -EINVAL;
     }
-    if (!quant_row_bytes(o->type, o->dim) || !quant_row_bytes(o->type, o->ffn)) {
+    if (o->quant && (model_gen_quant_base(o->quant) == GGML_TYPE_COUNT || o->dim % 32 ||
+                     o->ffn % 32)) {
+        snprintf(err, errlen, "unknown quantization preset %s, or dim %d / ffn %d not multiples "
+                 "of 32", o->quant, o->dim, o->ffn);
+        return -EINVAL;
+    }
+    if (!o->quant && (!quant_row_bytes(o->type, o->dim) || !quant_row_bytes(o->type, o->ffn))) {
         snprintf(err, errlen, "dim %d and ffn %d must be multiples of the %s block of %d",
                  o->dim, o->ffn, quant_type_name(o->type), quant_block_elems(o->type));
         return -EINVAL;

@@ -14,6 +14,9 @@ struct model_gen_opts {
     const char *arch;   /* "llama" (default) or "qwen2" (Q/K/V biases) */
     int dim, layers, heads, kv_heads, ffn, ctx;
     enum ggml_type type; /* of the matrices; norms and biases are F32 */
+    /* A llama.cpp quantization preset ("Q4_K_M", "Q3_K_S", "IQ4_XS", "Q5_0", ...): the
+     * matrices get the types llama-quantize gives them, type is ignored. NULL: type. */
+    const char *quant;
     uint64_t seed;
     /* Copy every tokenizer.* key from this GGUF; NULL: a synthetic SentencePiece vocabulary
      * of n_vocab tokens (<unk>, <s>, </s>, the 256 byte tokens, then filler pieces). */
@@ -29,7 +32,8 @@ struct model_gen_opts {
 };
 
 /* Presets by name: "tinyllama" (dim 2048, 22 layers, 32/4 heads, ffn 5632, ctx 2048),
- * "smollm" (SmolLM 135M: 576, 30, 9/3, 1536, 2048), "tiny" (256, 2, 4/2, 512, 256).
+ * "smollm" (SmolLM 135M: 576, 30, 9/3, 1536, 2048), "tiny" (256, 2, 4/2, 512, 256),
+ * "qwen2.5-0.5b" (896, 24, 14/2, 4864, 4096; use with arch "qwen2").
  * Returns 0 or -ENOENT. Leaves type, seed and vocabulary alone. */
 int model_gen_preset(struct model_gen_opts *o, const char *name);
 
@@ -40,5 +44,15 @@ int model_gen_write(const struct model_gen_opts *o, const char *path, char *err,
 /* Parse a type name as kiln-mkmodel takes it ("q8_0", "Q4_K", "f16", ...). Returns
  * GGML_TYPE_COUNT when unknown. */
 enum ggml_type model_gen_type(const char *name);
+
+/* The base type of a llama.cpp preset name (Q2_K, Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M, Q6_K,
+ * IQ4_XS, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; any case), GGML_TYPE_COUNT if unknown. */
+enum ggml_type model_gen_quant_base(const char *preset);
+/* The type o->quant gives the matrix name (GGUF tensor name) with rows of cols elements:
+ * the preset's base type, more bits for output, attn_v, ffn_down and attn_output as
+ * llama.cpp does, and for rows that are not a multiple of 256 the 32-element stand-in
+ * (Q2_K/Q3_K/IQ4_XS -> IQ4_NL, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0; output -> Q8_0).
+ * o->type when o->quant is NULL or unknown. */
+enum ggml_type model_gen_quant_type(const struct model_gen_opts *o, const char *name, int cols);
 
 #endif
