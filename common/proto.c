@@ -13,6 +13,8 @@
  *   TOKEN    [v, 4, id, token, logprob, [[token, logprob]...]]
  *   DONE     [v, 5, id, reason, completion_tokens]
  *   FAILED   [v, 6, id, "error"]
+ *   PAUSE    [v, 7, id]
+ *   RESUME   [v, 8, id]
  * Floats go out as float32 and come in as float32, float64 or integers. */
 #include "proto.h"
 
@@ -32,6 +34,8 @@ static uint32_t proto_count(enum msg_type type)
     case MSG_TYPE_JOB:
         return 6;
     case MSG_TYPE_CANCEL:
+    case MSG_TYPE_PAUSE:
+    case MSG_TYPE_RESUME:
         return 3;
     case MSG_TYPE_STARTED:
         return 4;
@@ -126,6 +130,8 @@ static int proto_pack_body(msgpack_packer *pk, const struct proto_msg *msg)
         break;
     }
     case MSG_TYPE_CANCEL:
+    case MSG_TYPE_PAUSE:
+    case MSG_TYPE_RESUME:
         break;
     case MSG_TYPE_STARTED:
         ret |= msgpack_pack_uint32(pk, msg->u.prompt_tokens);
@@ -172,6 +178,8 @@ static bool proto_encode_valid(const struct proto_msg *msg)
                (msg->u.job.n_prompt == 0 || msg->u.job.prompt != NULL) &&
                proto_sampling_valid(&msg->u.job.sampling);
     case MSG_TYPE_CANCEL:
+    case MSG_TYPE_PAUSE:
+    case MSG_TYPE_RESUME:
     case MSG_TYPE_STARTED:
         return true;
     case MSG_TYPE_TOKEN:
@@ -377,7 +385,7 @@ static bool proto_get_msg(const msgpack_object *root, struct proto_msg *out, uin
     f = root->via.array.ptr;
     if (!proto_get_u32(&f[0], &version) || version != WIRE_VERSION)
         return false;
-    if (!proto_get_u32(&f[1], &type) || type < MSG_TYPE_JOB || type > MSG_TYPE_FAILED)
+    if (!proto_get_u32(&f[1], &type) || type < MSG_TYPE_JOB || type > MSG_TYPE_LAST)
         return false;
     if (root->via.array.size != proto_count((enum msg_type)type))
         return false;
@@ -389,6 +397,8 @@ static bool proto_get_msg(const msgpack_object *root, struct proto_msg *out, uin
     case MSG_TYPE_JOB:
         return proto_get_job(f, prompt, cap, &out->u.job);
     case MSG_TYPE_CANCEL:
+    case MSG_TYPE_PAUSE:
+    case MSG_TYPE_RESUME:
         return true;
     case MSG_TYPE_STARTED:
         return proto_get_u32(&f[0], &out->u.prompt_tokens);
@@ -559,7 +569,7 @@ static bool proto_raw_header(const unsigned char *p, size_t len, enum msg_type *
         return false;
     }
     if (count < 3 || !proto_raw_uint(p, len, &i, &version) || version != WIRE_VERSION ||
-        !proto_raw_uint(p, len, &i, &t) || t < MSG_TYPE_JOB || t > MSG_TYPE_FAILED ||
+        !proto_raw_uint(p, len, &i, &t) || t < MSG_TYPE_JOB || t > MSG_TYPE_LAST ||
         !proto_raw_uint(p, len, &i, req_id))
         return false;
     *type = (enum msg_type)t;

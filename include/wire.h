@@ -19,7 +19,9 @@
 /* Alternatives reported with each token when logprobs are asked for. */
 #define WIRE_MAX_TOP_LOGPROBS 20u
 
-/* front -> worker: JOB, CANCEL.  worker -> front: STARTED, TOKEN, DONE, FAILED. */
+/* front -> worker: JOB, CANCEL, PAUSE, RESUME.  worker -> front: STARTED, TOKEN, DONE, FAILED.
+ * PAUSE keeps a running sequence in its slot without decoding it (its client reads slower
+ * than it is generated); RESUME lets it go on. Neither is answered. */
 enum msg_type {
     MSG_TYPE_JOB = 1,
     MSG_TYPE_CANCEL = 2,
@@ -27,7 +29,10 @@ enum msg_type {
     MSG_TYPE_TOKEN = 4,
     MSG_TYPE_DONE = 5,
     MSG_TYPE_FAILED = 6,
+    MSG_TYPE_PAUSE = 7,
+    MSG_TYPE_RESUME = 8,
 };
+#define MSG_TYPE_LAST MSG_TYPE_RESUME
 
 /* Why a sequence ended without an error (DONE). */
 enum finish_reason {

@@ -76,28 +76,16 @@ static const struct opt opts[] = {
      "longest prompt (or rendered messages) in bytes, checked before tokenizing (413)"},
     {"max-header-bytes", OPT_U32, F(max_header_bytes), 256, 1u << 24, "16384",
      "the request line and headers together (431 above)"},
+    {"max-client-buffer-bytes", OPT_U64, F(max_client_buffer), 4096, UINT64_C(1) << 32,
+     "262144",
+     "unsent output a connection may hold; above it its streams pause on the worker until "
+     "the client reads"},
+    {"client-timeout-ms", OPT_U32, F(client_timeout_ms), 1, UINT32_MAX, "30000",
+     "a paused stream whose client reads nothing this long is dropped and its jobs cancelled"},
     {"help", OPT_BOOL, F(help), 0, 0, "", "print this help and exit"},
 };
 
 #define N_OPTS (sizeof(opts) / sizeof(opts[0]))
-
-void config_init(struct kiln_config *c)
-{
-    memset(c, 0, sizeof(*c));
-    c->host = "127.0.0.1";
-    c->port = 8080;
-    c->workers = 1;
-    c->max_sequences = 8;
-    c->max_waiting = 256;
-    c->max_prefill_tokens = 512;
-    c->max_body_bytes = 1u << 20;
-    c->log_level = LOG_LEVEL_INFO;
-    c->watchdog_ms = 10000;
-    c->drain_ms = 30000;
-    c->restart_backoff_ms = 100;
-    c->max_prompt_bytes = 1u << 20;
-    c->max_header_bytes = 16384;
-}
 
 int config_log_level(const char *s)
 {
@@ -177,6 +165,31 @@ static int set_opt(struct kiln_config *c, const struct opt *o, const char *val, 
         break;
     }
     return -EINVAL;
+}
+
+/* The defaults are the table's: every default shown in --help that is a value (not a
+ * "(...)" note) is parsed into its field, so the two cannot disagree. */
+void config_init(struct kiln_config *c)
+{
+    char err[160];
+    memset(c, 0, sizeof(*c));
+    for (size_t i = 0; i < N_OPTS; i++) {
+        const struct opt *o = &opts[i];
+        if (o->kind == OPT_BOOL || o->kind == OPT_STRS || !o->defval[0] || o->defval[0] == '(')
+            continue;
+        if (set_opt(c, o, o->defval, err, sizeof(err)) < 0)
+            abort(); /* a table row whose default breaks its own range */
+    }
+}
+
+uint32_t config_max_connections(const struct kiln_config *c, uint64_t fd_limit)
+{
+    uint64_t reserved = (uint64_t)c->workers * CONFIG_FDS_PER_WORKER + CONFIG_FDS_RESERVED;
+    if (c->max_connections)
+        return c->max_connections;
+    if (fd_limit <= reserved + 1)
+        return 1;
+    return fd_limit - reserved > 1000000 ? 1000000 : (uint32_t)(fd_limit - reserved);
 }
 
 int config_parse(struct kiln_config *c, int argc, char **argv, char *err, size_t errlen)

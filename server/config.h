@@ -49,10 +49,17 @@ struct kiln_config {
     uint32_t request_timeout_ms;   /* 0: none */
     uint64_t max_prompt_bytes;     /* longest prompt text (or messages) before tokenizing */
     uint32_t max_header_bytes;     /* the request line and headers together */
+    /* abusive clients */
+    uint64_t max_client_buffer;    /* unsent output per connection before its streams pause */
+    uint32_t client_timeout_ms;    /* a paused stream whose client reads nothing this long */
+    uint32_t max_connections;      /* 0: derived from the fd limit (config_max_connections) */
+    uint32_t header_timeout_ms;    /* request line and headers */
+    uint32_t body_timeout_ms;      /* the body, once the headers came */
+    uint32_t keepalive_timeout_ms; /* an idle connection between requests */
     bool help;                  /* --help was given */
 };
 
-/* Fill c with every default. */
+/* Fill c with every default (the flag table's). */
 void config_init(struct kiln_config *c);
 
 /* Parse argv into c (already config_init'd). Strings point into argv. Returns 0, or -EINVAL
@@ -62,6 +69,15 @@ int config_parse(struct kiln_config *c, int argc, char **argv, char *err, size_t
 
 /* Print the usage: every flag with its default. */
 void config_usage(FILE *f, const char *prog);
+
+/* fds kept for the workers (each: a region memfd, eventfds, a stderr pipe) and their
+ * restarts, and for the front's own files, below the fd limit. */
+#define CONFIG_FDS_PER_WORKER 8
+#define CONFIG_FDS_RESERVED 32
+
+/* The --max-connections to use: c's, or when 0 the fd limit less the fds workers, restarts
+ * and the front need (at least 1). */
+uint32_t config_max_connections(const struct kiln_config *c, uint64_t fd_limit);
 
 /* "debug", "info", "warn", "error" -> level; -1 for anything else. */
 int config_log_level(const char *s);

@@ -42,6 +42,7 @@ void metrics_init(struct metrics *m)
     hist_init(&m->itl);
     hist_init(&m->queue_time);
     hist_init(&m->e2e);
+    hist_init(&m->loop_lag);
 }
 
 void metrics_observe_ttft(struct metrics *m, uint64_t us)
@@ -227,6 +228,52 @@ static void buf_hist(struct buf *b, const char *name, const char *labels, const 
                labels[0] ? "}" : "", cum);
 }
 
+static const char *const drop_names[METRICS_DROP_COUNT] = {
+    [METRICS_DROP_CLIENT_TIMEOUT] = "client_timeout",
+    [METRICS_DROP_HEADER_TIMEOUT] = "header_timeout",
+    [METRICS_DROP_BODY_TIMEOUT] = "body_timeout",
+    [METRICS_DROP_KEEPALIVE_TIMEOUT] = "keepalive_timeout",
+};
+
+void metrics_count_dropped(struct metrics *m, enum metrics_drop reason)
+{
+    if ((unsigned)reason < METRICS_DROP_COUNT)
+        m->dropped[reason]++;
+}
+
+void metrics_observe_loop_lag(struct metrics *m, uint64_t us)
+{
+    hist_observe(&m->loop_lag, us);
+    if (us > m->loop_lag_max_us)
+        m->loop_lag_max_us = us;
+}
+
+static void render_connections(struct buf *b, const struct metrics *m)
+{
+    buf_family(b, "kiln_connections_dropped_total", "counter",
+               "Client connections the front closed itself, by reason.");
+    for (int i = 0; i < METRICS_DROP_COUNT; i++)
+        buf_printf(b, "kiln_connections_dropped_total{reason=\"%s\"} %" PRIu64 "\n",
+                   drop_names[i], m->dropped[i]);
+    buf_family(b, "kiln_streams_paused_total", "counter",
+               "Times a stream was paused on its worker because its client read too slowly.");
+    buf_printf(b, "kiln_streams_paused_total %" PRIu64 "\n", m->streams_paused);
+    buf_family(b, "kiln_connections_open", "gauge", "Client connections open.");
+    buf_printf(b, "kiln_connections_open %" PRIu64 "\n", m->connections);
+    buf_family(b, "kiln_listener_paused_total", "counter",
+               "Times the front stopped accepting at --max-connections.");
+    buf_printf(b, "kiln_listener_paused_total %" PRIu64 "\n", m->listener_paused);
+    buf_family(b, "kiln_event_loop_lag_seconds", "histogram",
+               "How late the front's event loop ran a due 10 ms probe timer (how long one "
+               "iteration held it), while connections are open.");
+    buf_hist(b, "kiln_event_loop_lag_seconds", "", &m->loop_lag);
+    buf_family(b, "kiln_event_loop_lag_max_seconds", "gauge",
+               "The longest event-loop iteration measured by the probe since start.");
+    buf_printf(b, "kiln_event_loop_lag_max_seconds ");
+    buf_seconds(b, m->loop_lag_max_us);
+    buf_puts(b, "\n");
+}
+
 static void render_front(struct buf *b, const struct metrics *m)
 {
     buf_family(b, "kiln_time_to_first_token_seconds", "histogram",
@@ -261,6 +308,7 @@ static void render_front(struct buf *b, const struct metrics *m)
     buf_printf(b, "kiln_requests_running %" PRIu64 "\n", m->running);
     buf_family(b, "kiln_requests_waiting", "gauge", "Requests waiting in the front's queue.");
     buf_printf(b, "kiln_requests_waiting %" PRIu64 "\n", m->waiting);
+    render_connections(b, m);
 }
 
 static bool is_known_state(const char *s)

@@ -32,6 +32,15 @@ enum metrics_reject {
     METRICS_REJECT_COUNT,
 };
 
+/* Why the front closed a client's connection itself: kiln_connections_dropped_total. */
+enum metrics_drop {
+    METRICS_DROP_CLIENT_TIMEOUT = 0, /* a paused stream's client read nothing */
+    METRICS_DROP_HEADER_TIMEOUT,     /* 408: request line and headers too slow */
+    METRICS_DROP_BODY_TIMEOUT,       /* 408: body too slow */
+    METRICS_DROP_KEEPALIVE_TIMEOUT,  /* idle between requests */
+    METRICS_DROP_COUNT,
+};
+
 /* The front's own series; all owned by the front process (one thread). */
 struct metrics {
     struct hist ttft;       /* admission -> first token sent */
@@ -42,6 +51,12 @@ struct metrics {
     uint64_t finished[METRICS_FINISH_COUNT];
     uint64_t rejected[METRICS_REJECT_COUNT];
     uint64_t running, waiting; /* gauges: set by metrics_set_requests() */
+    uint64_t dropped[METRICS_DROP_COUNT];
+    uint64_t streams_paused;   /* times a stream paused for a slow reader */
+    uint64_t connections;      /* gauge: client connections open */
+    uint64_t listener_paused;  /* times accepting stopped at --max-connections */
+    struct hist loop_lag;      /* how late the loop ran a due timer: how long it was held */
+    uint64_t loop_lag_max_us;  /* the longest of those */
 };
 
 /* What the front knows of one worker when it renders. state is a name from
@@ -72,6 +87,11 @@ void metrics_count_finished(struct metrics *m, enum metrics_finish reason);
 void metrics_count_rejected(struct metrics *m, enum metrics_reject reason);
 /* The current numbers of requests running on workers and waiting in the queue. */
 void metrics_set_requests(struct metrics *m, uint64_t running, uint64_t waiting);
+
+/* One connection closed by the front for reason (out-of-range reasons are ignored). */
+void metrics_count_dropped(struct metrics *m, enum metrics_drop reason);
+/* The event loop was held us microseconds past a due timer. */
+void metrics_observe_loop_lag(struct metrics *m, uint64_t us);
 
 /* The label value of each enum, as rendered ("stop", "queue_full", ...). */
 const char *metrics_finish_name(enum metrics_finish reason);

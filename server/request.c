@@ -91,6 +91,107 @@ static void watch_peer(struct request *r)
         event_add(r->ev_peer, NULL);
 }
 
+/* ---- backpressure ----
+ * A stream's output waits in the connection's evbuffer until the socket takes it. Over
+ * --max-client-buffer-bytes the group's jobs are paused on their workers (PAUSE: the sequence
+ * keeps its slot and KV cache but is not decoded), so a slow reader costs a slot and no memory;
+ * once half of it has been read they resume. A client that reads nothing for
+ * --client-timeout-ms while held is dropped (its jobs are cancelled with the connection). */
+
+static void pause_jobs(struct request *lead, bool pause)
+{
+    for (uint32_t i = 0; i < lead->n_choices; i++) {
+        struct request *c = lead->choices[i];
+        if (c && c->worker && !c->finished && c->paused != pause) {
+            c->paused = pause;
+            (void)worker_pause(c->worker, c->req_id, pause);
+        }
+    }
+}
+
+static void flow_arm_timeout(struct request *lead)
+{
+    uint32_t ms = lead->f->cfg->client_timeout_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(lead->ev_flow, &tv);
+}
+
+static void flow_release(struct request *lead)
+{
+    if (lead->conn_out_cb) {
+        evbuffer_remove_cb_entry(lead->conn_out, lead->conn_out_cb);
+        lead->conn_out_cb = NULL;
+    }
+    lead->conn_out = NULL;
+    if (lead->ev_flow)
+        event_del(lead->ev_flow);
+    lead->flow_held = false;
+}
+
+/* The client read (or the buffer changed): progress resets its timeout; below half the
+ * bound the jobs resume, from the loop (not from inside evbuffer). */
+static void on_conn_out(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    struct request *lead = arg;
+    if (!lead->flow_held || info->n_deleted == 0)
+        return;
+    if (evbuffer_get_length(buf) <= lead->f->cfg->max_client_buffer / 2) {
+        event_del(lead->ev_flow);
+        event_active(lead->ev_flow, EV_READ, 0);
+    } else {
+        flow_arm_timeout(lead);
+    }
+}
+
+static void on_flow(evutil_socket_t fd, short what, void *arg)
+{
+    struct request *lead = arg;
+    struct evhttp_connection *evcon;
+    (void)fd;
+    if (!lead->flow_held)
+        return;
+    if (what & EV_READ) { /* drained: go on */
+        lead->flow_held = false;
+        pause_jobs(lead, false);
+        return;
+    }
+    log_info("request %llu: its client read nothing for %u ms with %zu bytes unsent; dropped",
+             (unsigned long long)lead->req_id, lead->f->cfg->client_timeout_ms,
+             lead->conn_out ? evbuffer_get_length(lead->conn_out) : (size_t)0);
+    metrics_count_dropped(&lead->f->metrics, METRICS_DROP_CLIENT_TIMEOUT);
+    if (lead->http && (evcon = evhttp_request_get_connection(lead->http)))
+        evhttp_connection_free(evcon); /* on_close ends the group and cancels its jobs */
+}
+
+/* After output was added for lead's client: hold the group when too much waits unsent. */
+static void flow_check(struct request *lead)
+{
+    struct evhttp_connection *evcon;
+    struct bufferevent *bev;
+    if (!lead->http)
+        return;
+    if (!lead->conn_out) {
+        if (!(evcon = evhttp_request_get_connection(lead->http)) ||
+            !(bev = evhttp_connection_get_bufferevent(evcon)))
+            return;
+        lead->conn_out = bufferevent_get_output(bev);
+        if (!lead->ev_flow && !(lead->ev_flow = event_new(lead->f->base, -1, 0, on_flow, lead)))
+            return;
+        lead->conn_out_cb = evbuffer_add_cb(lead->conn_out, on_conn_out, lead);
+        if (!lead->conn_out_cb)
+            return;
+    }
+    if (evbuffer_get_length(lead->conn_out) <= lead->f->cfg->max_client_buffer) {
+        if (!lead->flow_held)
+            return;
+    } else if (!lead->flow_held) {
+        lead->flow_held = true;
+        lead->f->metrics.streams_paused++;
+        flow_arm_timeout(lead);
+    }
+    pause_jobs(lead, true); /* also a choice that started since */
+}
+
 static void request_maybe_free(struct request *r)
 {
     struct front *f = r->f;
@@ -114,6 +215,9 @@ static void request_maybe_free(struct request *r)
         }
         if (r->ev_timeout)
             event_free(r->ev_timeout);
+        flow_release(r);
+        if (r->ev_flow)
+            event_free(r->ev_flow);
         free(r->echo_text);
     } else if (r->lead) {
         r->lead->choices[r->index] = NULL;
@@ -166,6 +270,7 @@ static void release_http(struct request *r)
 {
     struct evhttp_connection *evcon;
     unwatch_peer(r);
+    flow_release(r);
     if (!r->http)
         return;
     evcon = evhttp_request_get_connection(r->http);
@@ -357,6 +462,7 @@ static void emit_text(struct request *r, const struct relay_event *ev)
         char *j = api_json_chunk(lead, r->index, ev->text, ev->len, false, NULL, lp);
         send_sse(lead, j);
         free(j);
+        flow_check(lead);
     } else {
         o->logprobs = lp;
         evbuffer_add(o->text, ev->text, ev->len);
@@ -477,6 +583,7 @@ static void on_close(struct evhttp_connection *evcon, void *arg)
     struct request *r = arg;
     evhttp_connection_set_closecb(evcon, NULL, NULL);
     unwatch_peer(r);
+    flow_release(r);
     if (r->http) {
         /* libevent detaches an unanswered request from a failed connection and leaves its
          * freeing to us; one still attached is freed with the connection right after. */
@@ -566,6 +673,7 @@ void request_on_record(struct request *r, const struct proto_msg *m)
 void request_on_job_lost(struct request *r, const char *cause)
 {
     r->worker = NULL;
+    r->paused = false;
     /* a choice already answered (its job ran on only until its cancel came back) loses
      * nothing: the other choices of its group go on */
     if (r->finished || r->choice_done) {

@@ -93,6 +93,13 @@ struct request {
     bool counted;           /* lead: counts towards --max-concurrent-requests */
     uint64_t t_admit_us, t_first_us, t_last_us; /* hist_now_us(): admission, first, last text */
     struct event *ev_timeout; /* lead: --request-timeout-ms */
+    /* backpressure (lead): the connection's unsent output went over --max-client-buffer-bytes,
+     * so the group's jobs are paused on their workers until the client has read half of it */
+    bool paused;               /* this job: PAUSE asked of its worker */
+    bool flow_held;            /* lead: the group is held for its slow client */
+    struct evbuffer *conn_out; /* lead: the connection's output (evhttp's unsent bytes) */
+    struct evbuffer_cb_entry *conn_out_cb;
+    struct event *ev_flow;     /* lead: resume (activated) or --client-timeout-ms (timer) */
 };
 
 /* A request for http (owned by f, on f->requests), watching for the client leaving. Returns

@@ -147,13 +147,31 @@ static int worker_push(struct worker *w, const struct proto_msg *m)
     return rc;
 }
 
-static int worker_push_cancel(struct worker *w, uint64_t req_id)
+static int worker_push_bare(struct worker *w, enum msg_type type, uint64_t req_id)
 {
     struct proto_msg m;
     memset(&m, 0, sizeof(m));
-    m.type = MSG_TYPE_CANCEL;
+    m.type = type;
     m.req_id = req_id;
     return worker_push(w, &m);
+}
+
+static int worker_push_cancel(struct worker *w, uint64_t req_id)
+{
+    return worker_push_bare(w, MSG_TYPE_CANCEL, req_id);
+}
+
+/* Send the slot's wanted pause state if the worker does not have it yet. Returns 0, or
+ * -errno when the ring is full (retried at the next flush, as cancels are). */
+static int push_pause(struct worker *w, struct worker_slot *sl)
+{
+    int rc;
+    if (sl->pause_want == sl->pause_sent)
+        return 0;
+    rc = worker_push_bare(w, sl->pause_want ? MSG_TYPE_PAUSE : MSG_TYPE_RESUME, sl->req_id);
+    if (rc == 0)
+        sl->pause_sent = sl->pause_want;
+    return rc;
 }
 
 /* Once per loop turn: retry cancels that found the ring full, then write each eventfd once. */
@@ -171,6 +189,8 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
             struct worker_slot *sl = &w->slots[s];
             if (sl->req_id && sl->cancel_pending && worker_push_cancel(w, sl->req_id) == 0)
                 sl->cancel_pending = false;
+            if (sl->req_id && !sl->cancel_pending)
+                (void)push_pause(w, sl);
         }
         if (w->wake_pending) {
             w->wake_pending = false;
@@ -198,6 +218,7 @@ int worker_submit(struct worker *w, const struct proto_msg *job, void *owner)
     free_slot->owner = owner;
     free_slot->seq = ++w->ws->next_seq;
     free_slot->cancel_pending = false;
+    free_slot->pause_want = free_slot->pause_sent = false;
     if (w->used++ == 0)
         supervisor_work_began(w);
     return 0;
@@ -227,6 +248,19 @@ int worker_cancel(struct worker *w, uint64_t req_id)
     return 0;
 }
 
+int worker_pause(struct worker *w, uint64_t req_id, bool pause)
+{
+    struct worker_slot *sl = find_slot(w, req_id);
+    if (!sl)
+        return -ENOENT;
+    if (!w->pid || w->poisoned)
+        return 0;
+    sl->pause_want = pause;
+    if (push_pause(w, sl) < 0)
+        schedule_flush(w);
+    return 0;
+}
+
 /* ---- receiving ---- */
 
 static void release_slot(struct worker *w, struct worker_slot *sl)
@@ -234,6 +268,7 @@ static void release_slot(struct worker *w, struct worker_slot *sl)
     sl->req_id = 0;
     sl->owner = NULL;
     sl->cancel_pending = false;
+    sl->pause_want = sl->pause_sent = false;
     w->used--;
 }
 

@@ -32,6 +32,7 @@ struct worker_slot {
     void *owner;
     uint64_t seq;        /* submission order: lost jobs are queued again in this order */
     bool cancel_pending; /* CANCEL not yet in the ring (it was full) */
+    bool pause_want, pause_sent; /* paused as the front wants it / as last sent */
 };
 
 /* Bytes of a worker's stderr kept for the cause of its death. */
@@ -128,6 +129,11 @@ int worker_submit(struct worker *w, const struct proto_msg *job, void *owner);
 /* Send CANCEL for req_id's job (once; a full ring is retried at the next wake). Returns 0
  * or -ENOENT when w holds no such job. */
 int worker_cancel(struct worker *w, uint64_t req_id);
+
+/* Ask w to pause (or resume) req_id's running sequence: its client reads slower than it is
+ * generated. Sent once per change (a full ring is retried at the next wake). Returns 0 or
+ * -ENOENT when w holds no such job. */
+int worker_pause(struct worker *w, uint64_t req_id, bool pause);
 
 /* For supervisor.c: the libevent callback of w's notify eventfd (arg is w): drains its ring. */
 void workers_on_notify(int fd, short what, void *arg);

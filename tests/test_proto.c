@@ -187,6 +187,22 @@ static void test_proto_job_default_sampling_round_trips(void **state)
     assert_sampling_equal(&f->out.u.job.sampling, &f->in.u.job.sampling);
 }
 
+static void test_proto_pause_and_resume_round_trip(void **state)
+{
+    struct fixture *f = *state;
+    int len;
+
+    for (int t = MSG_TYPE_PAUSE; t <= MSG_TYPE_RESUME; t++) {
+        memset(&f->in, 0, sizeof(f->in));
+        f->in.type = (enum msg_type)t;
+        f->in.req_id = 42;
+        assert_true((len = encode(f)) > 0);
+        assert_int_equal(decode(f, f->buf, (size_t)len), 0);
+        assert_int_equal(f->out.type, t);
+        assert_int_equal(f->out.req_id, 42);
+    }
+}
+
 static void test_proto_cancel_and_started_round_trip(void **state)
 {
     struct fixture *f = *state;
@@ -508,7 +524,7 @@ static void test_proto_wrong_version_rejected(void **state)
 static void test_proto_wrong_type_rejected(void **state)
 {
     struct fixture *f = *state;
-    uint32_t types[] = {0, MSG_TYPE_FAILED + 1, 255, 0x80000001u};
+    uint32_t types[] = {0, MSG_TYPE_LAST + 1, 255, 0x80000001u};
 
     for (size_t k = 0; k < 4; k++) {
         for (uint32_t n = 3; n <= 6; n++) {
@@ -1080,6 +1096,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         PROTO_TEST(test_proto_job_round_trips),
         PROTO_TEST(test_proto_job_default_sampling_round_trips),
+        PROTO_TEST(test_proto_pause_and_resume_round_trip),
         PROTO_TEST(test_proto_cancel_and_started_round_trip),
         PROTO_TEST(test_proto_token_round_trips_with_and_without_top),
         PROTO_TEST(test_proto_done_round_trips_each_reason),

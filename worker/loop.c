@@ -26,6 +26,7 @@ struct loop_job {
     uint64_t req_id;
     uint32_t n_prompt, max_new_tokens;
     bool cancelled;
+    bool paused; /* PAUSE came while it waited: it starts paused */
     uint32_t *prompt; /* (max_context) */
     struct proto_sampling sampling;
 };
@@ -33,6 +34,7 @@ struct loop_job {
 /* A running sequence; its index is its model slot */
 struct loop_seq {
     bool active, cancelled, ignore_eos;
+    bool paused; /* PAUSE: kept in its slot, left out of decode steps until RESUME */
     uint64_t req_id;
     uint32_t last; /* the token to decode next */
     uint32_t generated, max_new_tokens;
@@ -53,6 +55,8 @@ struct loop {
     struct loop_seq *seqs; /* (n_slots) */
     int *order;            /* (n_slots) running slots, in admission order */
     uint32_t n_order, n_active;
+    uint32_t n_paused;     /* of the running slots in order */
+    int *batch_of;         /* (n_slots) decode_step: order index of each batch row */
 
     struct loop_job *jobs; /* (cap_jobs) */
     uint32_t *queue;       /* (cap_jobs) FIFO of job indices */
@@ -186,6 +190,10 @@ static void send_failed(struct loop *l, uint64_t req_id, const char *error)
 static void seq_end(struct loop *l, struct loop_seq *s)
 {
     model_seq_free(l->m, (int)(s - l->seqs));
+    if (s->paused) {
+        s->paused = false;
+        l->n_paused--;
+    }
     s->active = false;
     l->n_active--;
     publish_counts(l);
@@ -299,6 +307,7 @@ static void on_job(struct loop *l, const struct proto_msg *msg)
     if (job->max_new_tokens == 0)
         job->max_new_tokens = 1; /* the front never sends 0; one token, then length */
     job->cancelled = false;
+    job->paused = false;
     memcpy(job->prompt, j->prompt, (size_t)j->n_prompt * sizeof(*j->prompt));
     job->sampling = j->sampling;
     l->queue[(l->q_head + l->q_len) % l->cap_jobs] = idx;
@@ -320,6 +329,32 @@ static void on_cancel(struct loop *l, uint64_t req_id)
 
         if (job->req_id == req_id) {
             job->cancelled = true;
+            return;
+        }
+    }
+}
+
+/* PAUSE / RESUME: the front's client reads slower than the sequence is generated. A paused
+ * sequence keeps its slot and KV cache and is left out of decode steps, so it costs a slot but
+ * no compute and no output. A job still waiting starts paused; an ended one is not found,
+ * and that is fine. */
+static void on_pause(struct loop *l, uint64_t req_id, bool pause)
+{
+    for (uint32_t i = 0; i < l->n_order; i++) {
+        struct loop_seq *s = &l->seqs[l->order[i]];
+
+        if (s->req_id == req_id) {
+            if (s->paused != pause)
+                l->n_paused += pause ? 1 : (uint32_t)-1;
+            s->paused = pause;
+            return;
+        }
+    }
+    for (uint32_t k = 0; k < l->q_len; k++) {
+        struct loop_job *job = &l->jobs[l->queue[(l->q_head + k) % l->cap_jobs]];
+
+        if (job->req_id == req_id) {
+            job->paused = pause;
             return;
         }
     }
@@ -372,6 +407,10 @@ static int read_records(struct loop *l)
             break;
         case MSG_TYPE_CANCEL:
             on_cancel(l, l->in.req_id);
+            break;
+        case MSG_TYPE_PAUSE:
+        case MSG_TYPE_RESUME:
+            on_pause(l, l->in.req_id, l->in.type == MSG_TYPE_PAUSE);
             break;
         default:
             log_warn("rejected a record of type %d from the front", (int)l->in.type);
@@ -449,6 +488,8 @@ static void start(struct loop *l, struct loop_job *job)
     atomic_fetch_add_explicit(&l->hdr->n_prefill_tokens, job->n_prompt, memory_order_relaxed);
     s->active = true;
     s->cancelled = false;
+    s->paused = job->paused;
+    l->n_paused += job->paused;
     s->ignore_eos = job->sampling.ignore_eos;
     s->req_id = job->req_id;
     s->generated = 0;
@@ -487,17 +528,25 @@ static void admit(struct loop *l)
     }
 }
 
-/* Steps 5 and 6: one decode_batch over every running sequence, then advance each */
+/* Steps 5 and 6: one decode_batch over every running sequence that is not paused, then
+ * advance each; paused ones keep their place in order */
 static void decode_step(struct loop *l)
 {
-    uint32_t n = l->n_order, keep = 0;
+    uint32_t n = 0, keep = 0, b = 0;
     uint64_t t0;
     int got;
 
-    for (uint32_t i = 0; i < n; i++) {
-        l->slots[i] = l->order[i];
-        l->tokens[i] = l->seqs[l->order[i]].last;
+    for (uint32_t i = 0; i < l->n_order; i++) {
+        struct loop_seq *s = &l->seqs[l->order[i]];
+
+        if (s->paused)
+            continue;
+        l->slots[n] = l->order[i];
+        l->tokens[n] = s->last;
+        l->batch_of[n++] = (int)i;
     }
+    if (n == 0)
+        return;
     t0 = hist_now_us();
     got = model_decode_batch(l->m, l->slots, l->tokens, (int)n, l->logits, l->res);
     hist_observe(&l->hdr->decode_step, hist_now_us() - t0);
@@ -509,26 +558,34 @@ static void decode_step(struct loop *l)
         snprintf(why, sizeof(why), "decode_batch returned %d results for %u sequences", got, n);
         log_error("%s", why);
         for (uint32_t i = 0; i < n; i++) {
-            struct loop_seq *s = &l->seqs[l->order[i]];
+            struct loop_seq *s = &l->seqs[l->slots[i]];
 
             seq_end(l, s);
             send_failed(l, s->req_id, why);
         }
-        l->n_order = 0;
+        for (uint32_t i = 0; i < l->n_order; i++)
+            if (l->seqs[l->order[i]].paused)
+                l->order[keep++] = l->order[i];
+        l->n_order = keep;
         return;
     }
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = 0; i < l->n_order; i++) {
         struct loop_seq *s = &l->seqs[l->order[i]];
 
-        if (l->res[i].status < 0) {
-            const char *why = l->res[i].error[0] ? l->res[i].error : strerror(-l->res[i].status);
+        if (b >= n || l->batch_of[b] != (int)i) {
+            l->order[keep++] = l->order[i]; /* paused */
+            continue;
+        }
+        if (l->res[b].status < 0) {
+            const char *why = l->res[b].error[0] ? l->res[b].error : strerror(-l->res[b].status);
 
             log_warn("request %llu: decode failed: %s", (unsigned long long)s->req_id, why);
             seq_end(l, s);
             send_failed(l, s->req_id, why);
-        } else if (advance(l, s, l->logits + (size_t)i * l->m->n_vocab)) {
+        } else if (advance(l, s, l->logits + (size_t)b * l->m->n_vocab)) {
             l->order[keep++] = l->order[i];
         }
+        b++;
     }
     l->n_order = keep;
 }
@@ -554,6 +611,15 @@ static void fail_all(struct loop *l, const char *why)
     flush(l);
 }
 
+/* Whether step 3 has something to do: a waiting job and a free slot, or a cancelled job
+ * to drop. */
+static bool can_admit(const struct loop *l)
+{
+    if (l->q_len == 0)
+        return false;
+    return l->n_active < l->n_slots || l->jobs[l->queue[l->q_head]].cancelled;
+}
+
 int loop_run(struct loop *l, volatile sig_atomic_t *stop)
 {
     int rc = 0;
@@ -566,7 +632,8 @@ int loop_run(struct loop *l, volatile sig_atomic_t *stop)
             break;
         drop_cancelled(l);
         publish_counts(l);
-        if (l->n_order == 0 && l->q_len == 0) {
+        /* nothing to decode (none running, or all paused) and nothing to admit */
+        if (l->n_order == l->n_paused && !can_admit(l)) {
             sleep_idle(l);
             continue;
         }
@@ -607,6 +674,7 @@ struct loop *loop_create(struct model *m, struct shm_region *reg, int wake_fd, i
     l->idle_ms = o->idle_timeout_ms > 0 ? o->idle_timeout_ms : 1000;
     l->seqs = calloc(l->n_slots, sizeof(*l->seqs));
     l->order = calloc(l->n_slots, sizeof(*l->order));
+    l->batch_of = calloc(l->n_slots, sizeof(*l->batch_of));
     l->jobs = calloc(l->cap_jobs, sizeof(*l->jobs));
     l->queue = calloc(l->cap_jobs, sizeof(*l->queue));
     l->free_jobs = calloc(l->cap_jobs, sizeof(*l->free_jobs));
@@ -618,7 +686,7 @@ struct loop *loop_create(struct model *m, struct shm_region *reg, int wake_fd, i
     l->prompt_in = calloc(WIRE_MAX_PROMPT, sizeof(*l->prompt_in));
     l->buf = malloc(LOOP_OUT_BUF);
     l->dec = proto_decoder_create();
-    if (!l->dec || !l->seqs || !l->order || !l->jobs || !l->queue || !l->free_jobs || !l->prompt_store ||
+    if (!l->dec || !l->seqs || !l->order || !l->batch_of || !l->jobs || !l->queue || !l->free_jobs || !l->prompt_store ||
         !l->logits || !l->slots || !l->tokens || !l->res || !l->prompt_in || !l->buf)
         goto nomem;
     for (uint32_t i = 0; i < l->n_slots; i++)
@@ -657,6 +725,7 @@ void loop_destroy(struct loop *l)
             sampler_destroy(l->seqs[i].sampler);
     free(l->seqs);
     free(l->order);
+    free(l->batch_of);
     free(l->jobs);
     free(l->queue);
     free(l->free_jobs);
