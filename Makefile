@@ -8,7 +8,7 @@ WARN     = -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
            -Wformat=2 -Wundef -Wvla -Wpointer-arith -Wcast-align
 SAN_asan = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 SAN_tsan = -fsanitize=thread -fno-omit-frame-pointer
-PKGS     = libevent msgpack liburing jansson libpcre2-8
+PKGS     = libevent msgpack liburing jansson libpcre2-8 libcurl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 override CFLAGS  += -std=c11 -D_GNU_SOURCE -Iinclude -pthread $(PKG_CFLAGS) $(WARN) \
@@ -146,7 +146,7 @@ $(STORIES):
 # `deps` is what building and serving need (`make run`); `deps-test` adds what only the tests
 # use: cmocka, and prometheus for promtool's check of /metrics.
 DEBS      = build-essential pkg-config libevent-dev libmsgpack-dev liburing-dev \
-            libjansson-dev libpcre2-dev curl
+            libjansson-dev libpcre2-dev libcurl4-openssl-dev curl
 TEST_DEBS = libcmocka-dev prometheus
 deps-test: override DEBS += $(TEST_DEBS)
 deps deps-test:

@@ -22,7 +22,11 @@ struct opt {
 #define F(field) offsetof(struct kiln_config, field)
 
 static const struct opt opts[] = {
-    {"model", OPT_STR, F(model), 0, 0, "(required)", "mock, or a GGUF model file"},
+    {"model", OPT_STR, F(model), 0, 0, "(required)",
+     "mock, a GGUF model file, or hf:OWNER/REPO[:QUANT] (downloaded from Hugging Face once, "
+     "then served from the cache)"},
+    {"models-dir", OPT_STR, F(models_dir), 0, 0, "$XDG_CACHE_HOME/kiln/models",
+     "where hf: models are downloaded and cached (~/.cache/kiln/models without XDG)"},
     {"host", OPT_STR, F(host), 0, 0, "127.0.0.1", "address to listen on"},
     {"port", OPT_U32, F(port), 0, 65535, "8080", "TCP port (0: any free port)"},
     {"workers", OPT_U32, F(workers), 1, 256, "1", "worker processes"},
@@ -246,8 +250,11 @@ int config_parse(struct kiln_config *c, int argc, char **argv, char *err, size_t
 
 void config_usage(FILE *f, const char *prog)
 {
-    fprintf(f, "usage: %s --model mock|FILE.gguf [flags]\n\nflags (default in brackets):\n",
-            prog);
+    fprintf(f,
+            "usage: %s --model mock|FILE.gguf|hf:OWNER/REPO[:QUANT] [flags]\n"
+            "       %s pull hf:OWNER/REPO[:QUANT] [--models-dir DIR]   (download only)\n\n"
+            "flags (default in brackets):\n",
+            prog, prog);
     for (size_t i = 0; i < N_OPTS; i++) {
         char left[64];
         const struct opt *o = &opts[i];

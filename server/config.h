@@ -19,7 +19,8 @@ struct config_strs {
 };
 
 struct kiln_config {
-    const char *model;          /* "mock" or a GGUF path; required */
+    const char *model;          /* "mock", a GGUF path or hf:OWNER/REPO[:QUANT]; required */
+    const char *models_dir;     /* where hf: models are cached; NULL: the XDG cache */
     const char *host;
     uint32_t port;              /* 0: an ephemeral port */
     uint32_t workers;

@@ -15,6 +15,7 @@
 
 #include "api.h"
 #include "config.h"
+#include "hf_pull.h"
 #include "http.h"
 #include "log.h"
 #include "queue.h"
@@ -168,6 +169,8 @@ int main(int argc, char **argv)
     uint16_t port = 0;
     int status = 1;
 
+    if (argc >= 2 && strcmp(argv[1], "pull") == 0)
+        return hf_pull_main(argc - 1, argv + 1);
     config_init(&cfg);
     if (config_parse(&cfg, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, "kiln: %s\n", err);
@@ -180,6 +183,15 @@ int main(int argc, char **argv)
     }
     log_init("kiln", cfg.log_level);
     signal(SIGPIPE, SIG_IGN);
+    if (hf_is_ref(cfg.model)) { /* download (or find in the cache) before any worker starts */
+        static char model_path[4096];
+        struct hf_pull_opts po = {.models_dir = cfg.models_dir, .out = stderr};
+        if (hf_pull(cfg.model, &po, model_path, sizeof(model_path), err, sizeof(err)) < 0) {
+            log_error("%s", err);
+            return 1;
+        }
+        cfg.model = model_path;
+    }
 
     memset(&f, 0, sizeof(f));
     f.cfg = &cfg;
