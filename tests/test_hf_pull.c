@@ -476,6 +476,21 @@ static void test_hf_pull_names_what_the_repository_has(void **state)
     assert_int_equal(atomic_load(&f->hub.requests), before);
 }
 
+/* The bar a terminal gets: one line redrawn with \r, bytes, rate and time left. */
+static void test_hf_pull_draws_a_bar_with_bytes_rate_and_time_left(void **state)
+{
+    struct fx *f = *state;
+    char path[4096], err[512];
+    f->opts.progress = DOWNLOAD_PROGRESS_BAR;
+    assert_int_equal(hf_pull("hf:o/r:Q8_0", &f->opts, path, sizeof(path), err, sizeof(err)), 0);
+    const char *log = log_text(f);
+    const char *bar = strstr(log, "\rstories-Q8_0.gguf [##############################] 100% ");
+    assert_non_null(bar);
+    assert_non_null(strstr(bar, " MiB / 1.1 MiB "));
+    assert_non_null(strstr(bar, "/s "));
+    assert_non_null(strstr(bar, " left \n"));
+}
+
 static bool worker_ready(void *arg)
 {
     return kiln_output_contains(arg, "INFO serving");
@@ -525,6 +540,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_hf_pull_names_what_the_repository_has, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_hf_pull_draws_a_bar_with_bytes_rate_and_time_left,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_kiln_serves_an_hf_model, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

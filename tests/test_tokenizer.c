@@ -664,6 +664,76 @@ static void test_tokenizer_phi3_special_tokens_strip_whitespace_after(void **sta
     tokenizer_destroy(t);
 }
 
+/* Gemma 3's shape: a SentencePiece vocabulary of 262144 tokens, no space prefix, control
+ * turn markers and user-defined whitespace runs (raw spaces, as the converter stores them). */
+static void test_tokenizer_spm_262k_vocabulary_with_user_defined_whitespace(void **state)
+{
+    (void)state;
+    enum { N = 262144 };
+    struct gbuf kvs = {0};
+    char err[256], name[16];
+    int32_t *type = malloc(N * sizeof(*type));
+    float *score = calloc(N, sizeof(*score));
+    assert_non_null(type);
+    assert_non_null(score);
+    kv_str(&kvs, "tokenizer.ggml.model", "llama");
+    kv_u32(&kvs, "tokenizer.ggml.bos_token_id", 2);
+    kv_u32(&kvs, "tokenizer.ggml.eos_token_id", 1);
+    kv_bool(&kvs, "tokenizer.ggml.add_space_prefix", false);
+    kv_arr_head(&kvs, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, N);
+    static const char *const head[] = {"<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>",
+                                       "<end_of_turn>", "  ", "   ", "\n\n", "\xe2\x96\x81",
+                                       "u", "s", "e", "r", "\n", "H", "i", "t", "h",
+                                       "\xe2\x96\x81there", "user", "Hi"};
+    static const int32_t head_type[] = {3, 3, 3, 2, 3, 3, 4, 4, 4, 1, 1, 1, 1, 1, 1,
+                                        1, 1, 1, 1, 1, 1, 1};
+    size_t nh = sizeof(head) / sizeof(head[0]);
+    for (size_t i = 0; i < N; i++) {
+        if (i < nh) {
+            g_str(&kvs, head[i]);
+            type[i] = head_type[i];
+            score[i] = -(float)i;
+        } else {
+            snprintf(name, sizeof(name), "x%07zu", i);
+            g_str(&kvs, name);
+            type[i] = 1;
+            score[i] = -1e6f;
+        }
+    }
+    kv_arr_head(&kvs, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, N);
+    g_put(&kvs, type, N * 4);
+    kv_arr_head(&kvs, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, N);
+    g_put(&kvs, score, N * 4);
+    struct tokenizer *t = open_tiny(&kvs, err, sizeof(err));
+    if (!t)
+        fail_msg("%s", err);
+    assert_int_equal(tokenizer_n_vocab(t), N);
+    uint32_t ids[64];
+    long n = encode(t, "<start_of_turn>user\nHi   there<end_of_turn>\n\n",
+                    TOKENIZER_PARSE_SPECIAL | TOKENIZER_ADD_SPECIAL, ids, 64);
+    /* <bos> <start_of_turn> u s e r \n Hi "   " t h e r e <end_of_turn> "\n\n" (no "us"
+     * token, so "user" stays letters) */
+    assert_true(n >= 8);
+    assert_int_equal(ids[0], 2);
+    assert_int_equal(ids[1], 4);
+    long hi = -1;
+    for (long i = 0; i < n && hi < 0; i++)
+        if (ids[i] == 21)
+            hi = i;
+    assert_true(hi > 1 && hi + 1 < n);
+    assert_int_equal(ids[hi + 1], 7); /* the user-defined three-space run */
+    assert_int_equal(ids[n - 2], 5);
+    assert_int_equal(ids[n - 1], 8);
+    /* without special parsing the turn markers are text, the whitespace runs still tokens */
+    n = encode(t, "<end_of_turn>  ", 0, ids, 64);
+    assert_false(contains(ids, (size_t)n, 5));
+    assert_int_equal(ids[n - 1], 6);
+    tokenizer_destroy(t);
+    free(kvs.p);
+    free(type);
+    free(score);
+}
+
 static void test_tokenizer_unknown_model_rejected(void **state)
 {
     (void)state;
@@ -879,6 +949,7 @@ int main(void)
         cmocka_unit_test(test_tokenizer_unknown_model_rejected),
         cmocka_unit_test(test_tokenizer_user_defined_matched_without_parse_special),
         cmocka_unit_test(test_tokenizer_whole_word_tokens_skip_merges),
+        cmocka_unit_test(test_tokenizer_spm_262k_vocabulary_with_user_defined_whitespace),
         cmocka_unit_test(test_tokenizer_phi3_special_tokens_strip_whitespace_after),
         cmocka_unit_test(test_tokenizer_spm_add_bos_and_eos),
         cmocka_unit_test(test_tokenizer_spm_merge_across_word_start),
