@@ -25,7 +25,7 @@ static const struct opt opts[] = {
     {"model", OPT_STR, F(model), 0, 0, "(required)",
      "mock, a GGUF model file, or hf:OWNER/REPO[:QUANT] (downloaded from Hugging Face once, "
      "then served from the cache)"},
-    {"models-dir", OPT_STR, F(models_dir), 0, 0, "$XDG_CACHE_HOME/kiln/models",
+    {"models-dir", OPT_STR, F(models_dir), 0, 0, "($XDG_CACHE_HOME/kiln/models)",
      "where hf: models are downloaded and cached (~/.cache/kiln/models without XDG)"},
     {"host", OPT_STR, F(host), 0, 0, "127.0.0.1", "address to listen on"},
     {"port", OPT_U32, F(port), 0, 65535, "8080", "TCP port (0: any free port)"},

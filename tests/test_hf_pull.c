@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../server/config.h"
 #include "../server/hf_pull.h"
 #include "../server/sha256.h"
 #include "lib/harness.h"
@@ -476,6 +477,23 @@ static void test_hf_pull_names_what_the_repository_has(void **state)
     assert_int_equal(atomic_load(&f->hub.requests), before);
 }
 
+/* No --models-dir: the XDG cache folder (the flag's default is not a literal path). */
+static void test_hf_pull_defaults_to_the_xdg_cache(void **state)
+{
+    struct fx *f = *state;
+    struct kiln_config c;
+    char path[4096], err[512], want[256];
+    config_init(&c);
+    assert_null(c.models_dir);
+    f->opts.models_dir = c.models_dir;
+    setenv("XDG_CACHE_HOME", f->dir, 1);
+    assert_int_equal(hf_pull("hf:o/r:Q8_0", &f->opts, path, sizeof(path), err, sizeof(err)), 0);
+    unsetenv("XDG_CACHE_HOME");
+    snprintf(want, sizeof(want), "%s/kiln/models/o/r/stories-Q8_0.gguf", f->dir);
+    assert_string_equal(path, want);
+    assert_file_is(path, f->stories, f->stories_len);
+}
+
 /* The bar a terminal gets: one line redrawn with \r, bytes, rate and time left. */
 static void test_hf_pull_draws_a_bar_with_bytes_rate_and_time_left(void **state)
 {
@@ -542,6 +560,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_hf_pull_draws_a_bar_with_bytes_rate_and_time_left,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hf_pull_defaults_to_the_xdg_cache, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_kiln_serves_an_hf_model, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
