@@ -39,6 +39,17 @@
     "[^\\r\\n\\p{L}\\p{N}]?" RE_LETTERS_UPPER "*" RE_LETTERS_LOWER "+|"                      \
     "[^\\r\\n\\p{L}\\p{N}]?" RE_LETTERS_UPPER "+" RE_LETTERS_LOWER "*|"                      \
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+/* The case-insensitive contractions as llama.cpp spells them (PCRE2's (?i) with UCP would
+ * also fold characters such as U+017F into them). */
+#define RE_CONTR "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+/* Qwen3.5's: Qwen2's with combining marks kept in words. */
+#define RE_QWEN35                                                                              \
+    RE_CONTR "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"      \
+             "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+/* DeepSeek V3's last stage: ASCII punctuation glued to a Latin word, letter runs with marks. */
+#define RE_DEEPSEEK3                                                                           \
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|" \
+    " ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 /* BLOOM's and Poro's: anything but blanks and a few punctuation marks. */
 #define RE_BLOOM " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{964}\\x{6D4}\\x{60C})]+"
 
@@ -55,16 +66,41 @@ static const struct pre_def pre_defs[] = {
     /* llama.cpp's own default, also what a file without tokenizer.ggml.pre gets */
     {"default", false, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
     {"gpt2|gpt-2|phi-2|mpt|olmo|jais|exaone4|trillion|granite-docling|gigachat|"
-     "a.x-4.0|mellum",
+     "a.x-4.0|mellum|modern-bert",
      false, {RE_GPT2}},
-    {"llama-bpe|llama3|llama-v3|falcon3|falcon-h1|pixtral|midm-2.0|lfm2", true, {RE_LLAMA3}},
+    {"llama-bpe|llama3|llama-v3|falcon3|falcon-h1|pixtral|midm-2.0|lfm2|jina-v5-nano", true,
+     {RE_LLAMA3}},
     {"dbrx|smaug-bpe|glm4|chatglm-bpe", false, {RE_LLAMA3}},
-    {"qwen2|deepseek-r1-qwen|megrez|stablelm2|hunyuan|kormo", false, {RE_QWEN2}},
-    {"gpt-4o|llama4", false, {RE_GPT4O}},
+    {"qwen2|deepseek-r1-qwen|megrez|stablelm2|hunyuan|kormo|f2llmv2|grok-2|solar-open", false,
+     {RE_QWEN2}},
+    {"qwen35", false, {RE_QWEN35}},
+    {"gpt-4o|llama4|minimax-m2|kanana2|talkie", false, {RE_GPT4O}},
+    {"tiny_aya|cohere2moe", false, {"\\d{1,3}(?=(?:\\d{3})*\\b)", RE_GPT4O}},
+    {"deepseek-v3|hunyuan-dense|joyai-llm",
+     false,
+     {"\\p{N}{1,3}", "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+", RE_DEEPSEEK3}},
+    {"seed-coder",
+     false,
+     {RE_CONTR "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| ?[^\\s\\p{L}\\p{N}\\r\\n]+|\\s*[\\r\\n]+|"
+               "\\s+(?!\\S)|\\s+"}},
+    /* Ling's: its published pattern has possessive quantifiers; llama.cpp runs them greedy */
+    {"bailingmoe|bailingmoe2|llada-moe",
+     false,
+     {"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"
+      " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+"}},
+    {"exaone-moe",
+     false,
+     {RE_CONTR "|[^\\r\\n\\p{L}\\p{N}]?(?:\\p{L}\\p{M}*(?: \\p{L}\\p{M}*)*)+|\\p{N}|"
+               " ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]?|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+"}},
+    {"minicpm5",
+     true,
+     {"\\p{N}{1,3}", RE_CONTR "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}+| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+                             "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
     {"tekken", true, {RE_TEKKEN}},
     {"poro-chat|bloom|gpt3-finnish", false, {RE_BLOOM}},
     {"viking", false, {RE_BLOOM, "\\p{N}"}},
-    {"smollm|starcoder|refact|command-r|codeshell|exaone|minerva-7b", false, {"\\p{N}", RE_GPT2}},
+    {"smollm|starcoder|refact|command-r|codeshell|exaone|minerva-7b|mellum2", false,
+     {"\\p{N}", RE_GPT2}},
     {"falcon", false, {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]"}},
     /* DeepSeek LLM's letter class is the cased letters (Lu, Ll, Lt) of its Unicode version,
      * spelled out as its tokenizer publishes it. */

@@ -486,7 +486,9 @@ static void test_tokenizer_pre_names_compile(void **state)
         "smollm",  "falcon",    "starcoder",      "refact",       "mpt",       "deepseek-llm",
         "deepseek-coder", "dbrx", "smaug-bpe",    "gpt-4o",       "llama4",    "tekken",
         "pixtral", "olmo",      "stablelm2",      "command-r",    "bloom",     "viking",
-        "chatglm-bpe", "exaone", "deepseek-r1-qwen", "falcon3",   "phi-2",     "jais"};
+        "chatglm-bpe", "exaone", "deepseek-r1-qwen", "falcon3",   "phi-2",     "jais",
+        "qwen35",  "deepseek-v3", "seed-coder",   "bailingmoe",   "exaone-moe", "minicpm5",
+        "tiny_aya", "minimax-m2", "grok-2",       "hunyuan-dense"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         struct bpe_fixture fx;
         char err[256] = "";
