@@ -44,6 +44,8 @@ $(B)/obj/worker/kernels_avx2.o:   override CFLAGS += -mavx2 -mfma -mf16c
 $(B)/obj/worker/kernels_avx2_ext.o: override CFLAGS += -mavx2 -mfma -mf16c
 $(B)/obj/worker/kernels_avx512.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl \
                                    -mavx512vnni -mavx2 -mfma -mf16c
+$(B)/obj/worker/kernels_avx512_ext.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl \
+                                   -mavx512vnni -mavx2 -mfma -mf16c
 
 .PHONY: all bins tests benches test test-unit test-asan test-tsan test-openai bench run deps deps-test fuzz clean
 all: bins

@@ -2,7 +2,8 @@
  * for comparison. Weights rotate through enough copies (>= 256 MiB) that they stream from
  * DRAM, as in decode, rather than sit in the last-level cache.
  * KILN_KERNELS=scalar|avx2|avx512 limits the run to one set; KILN_BENCH_SEC sets the time
- * per measurement (default 0.25 s). */
+ * per measurement (default 0.25 s); KILN_BENCH_TYPES=q5_0,iq4_xs,... the weight types
+ * (default Q8_0 and Q4_K). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 
 #include "../worker/kernels.h"
 #include "../worker/quant.h"
+#include "lib/model_gen.h"
 
 static double now_sec(void)
 {
@@ -130,7 +132,23 @@ static void bench_one(const struct kern_ops *k, const struct mats *m, int n_seq,
 
 int main(void)
 {
-    static const enum ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_K};
+    enum ggml_type types[16] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_K};
+    size_t n_types = 2;
+    const char *tl = getenv("KILN_BENCH_TYPES");
+    if (tl && *tl) {
+        char buf[256], *save = NULL;
+        snprintf(buf, sizeof buf, "%s", tl);
+        n_types = 0;
+        for (char *tok = strtok_r(buf, ",", &save); tok && n_types < 16;
+             tok = strtok_r(NULL, ",", &save)) {
+            enum ggml_type t = model_gen_type(tok);
+            if (t == GGML_TYPE_COUNT || quant_block_elems(t) == 1) {
+                fprintf(stderr, "KILN_BENCH_TYPES: %s is not a quantized type\n", tok);
+                return 1;
+            }
+            types[n_types++] = t;
+        }
+    }
     static const int shapes[][2] = {{2048, 5632}, {5632, 2048}};
     static const int seqs[] = {1, 4, 8, 16};
     const char *env = getenv("KILN_KERNELS"), *bs = getenv("KILN_BENCH_SEC");
@@ -152,7 +170,7 @@ int main(void)
                 printf("kernel set %d: not supported on this CPU, skipped\n", s);
     }
     bench_memory();
-    for (size_t ti = 0; ti < 2; ti++)
+    for (size_t ti = 0; ti < n_types; ti++)
         for (size_t si = 0; si < 2; si++) {
             struct mats m;
             if (mats_init(&m, types[ti], shapes[si][0], shapes[si][1], 16) < 0) {

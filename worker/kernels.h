@@ -141,6 +141,8 @@ int kern_seq_chunk(size_t act_bytes);
 typedef void (*kern_row_fn)(const void *w, const char *x, size_t xs, int n, int ns, float *y,
                             size_t ys);
 kern_row_fn kern_avx2_ext_row(enum ggml_type t);
+/* The same for the AVX-512 set (kernels_avx512_ext.c). */
+kern_row_fn kern_avx512_ext_row(enum ggml_type t);
 /* Internal: AVX2 kernels the AVX-512 set reuses where 512-bit code would not be faster. */
 void kern_avx2_matmul(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
                       int y_stride, int row_begin, int row_end);

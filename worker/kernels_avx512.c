@@ -345,6 +345,18 @@ static void avx512_matmul(const struct kern_mat *W, const struct kern_act *X, in
                           float *Y, int y_stride, int row_begin, int row_end)
 {
     enum ggml_type t = W->type;
+    kern_row_fn ext = kern_avx512_ext_row(t);
+    if (ext) {
+        int chunk = kern_seq_chunk(X->stride);
+        for (int s0 = 0; s0 < n_seq; s0 += chunk) {
+            int ns = n_seq - s0 < chunk ? n_seq - s0 : chunk;
+            for (int r = row_begin; r < row_end; r++)
+                ext((const char *)W->data + (size_t)r * W->row_bytes,
+                    (const char *)X->data + (size_t)s0 * X->stride, X->stride, X->n, ns,
+                    Y + (size_t)s0 * y_stride + r, (size_t)y_stride);
+        }
+        return;
+    }
     if (t != GGML_TYPE_Q8_0 && t != GGML_TYPE_Q4_0 && t != GGML_TYPE_Q4_K &&
         t != GGML_TYPE_Q6_K) {
         kern_avx2_matmul(W, X, n_seq, Y, y_stride, row_begin, row_end);
