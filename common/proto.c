@@ -4,7 +4,7 @@
  * copying it out (-EPROTO), so nothing decoded points into the input.
  *
  * Layouts (every record starts [WIRE_VERSION, type, req_id]):
- *   JOB      [v, 1, id, [tok...], max_new_tokens, sampling]
+ *   JOB      [v, 1, id, [tok...], max_new_tokens, sampling, "grammar" (may be empty)]
  *            sampling = [temperature, top_p, min_p, presence_penalty, frequency_penalty,
  *                        repetition_penalty, top_k, seed, top_logprobs, logprobs, ignore_eos,
  *                        [[token, bias]...]]
@@ -32,7 +32,7 @@ static uint32_t proto_count(enum msg_type type)
 {
     switch (type) {
     case MSG_TYPE_JOB:
-        return 6;
+        return 7;
     case MSG_TYPE_CANCEL:
     case MSG_TYPE_PAUSE:
     case MSG_TYPE_RESUME:
@@ -127,6 +127,9 @@ static int proto_pack_body(msgpack_packer *pk, const struct proto_msg *msg)
             ret |= msgpack_pack_uint32(pk, j->prompt[i]);
         ret |= msgpack_pack_uint32(pk, j->max_new_tokens);
         ret |= proto_pack_sampling(pk, &j->sampling);
+        ret |= msgpack_pack_str(pk, j->grammar_len);
+        if (j->grammar_len)
+            ret |= msgpack_pack_str_body(pk, j->grammar, j->grammar_len);
         break;
     }
     case MSG_TYPE_CANCEL:
@@ -174,6 +177,10 @@ static bool proto_encode_valid(const struct proto_msg *msg)
         for (uint32_t i = 0; i < msg->u.job.sampling.n_logit_bias; i++)
             if (!isfinite(msg->u.job.sampling.logit_bias[i].bias))
                 return false;
+        if (msg->u.job.grammar_len > WIRE_MAX_GRAMMAR ||
+            (msg->u.job.grammar_len && (!msg->u.job.grammar ||
+                                        memchr(msg->u.job.grammar, '\0', msg->u.job.grammar_len))))
+            return false;
         return msg->u.job.n_prompt <= WIRE_MAX_PROMPT &&
                (msg->u.job.n_prompt == 0 || msg->u.job.prompt != NULL) &&
                proto_sampling_valid(&msg->u.job.sampling);
@@ -356,6 +363,12 @@ static bool proto_get_job(const msgpack_object *f, uint32_t *prompt, uint32_t ca
     j->prompt_cap = cap;
     j->n_prompt = n;
     if (!proto_get_u32(&f[1], &j->max_new_tokens))
+        return false;
+    if (f[3].type != MSGPACK_OBJECT_STR || f[3].via.str.size > WIRE_MAX_GRAMMAR)
+        return false;
+    j->grammar_len = f[3].via.str.size;
+    j->grammar = j->grammar_len ? f[3].via.str.ptr : "";
+    if (j->grammar_len && memchr(j->grammar, '\0', j->grammar_len))
         return false;
     return proto_get_sampling(&f[2], &j->sampling);
 }

@@ -32,13 +32,19 @@ struct proto_sampling {
     struct proto_logit_bias logit_bias[WIRE_MAX_LOGIT_BIAS];
 };
 
-/* [v, JOB, req_id, prompt[u32...], max_new_tokens, sampling[...]] */
+/* [v, JOB, req_id, prompt[u32...], max_new_tokens, sampling[...], grammar] */
 struct proto_job {
     uint32_t n_prompt;
     uint32_t max_new_tokens;
     uint32_t *prompt; /* decode: the buffer passed to the decoder; encode: n_prompt ids */
     uint32_t prompt_cap; /* decode: set from the decoder's argument; encode: unused */
     struct proto_sampling sampling;
+    /* GBNF text constraining the output (grammar.h), grammar_len <= WIRE_MAX_GRAMMAR bytes,
+     * no NUL; grammar_len 0: none. Decoded, it points into the record's bytes: proto_decode's
+     * buf, or a proto_decoder's private copy (valid until its next decode). The receiver
+     * compiles it, and so validates it, before use. */
+    const char *grammar;
+    uint32_t grammar_len;
 };
 
 struct proto_top {
@@ -80,7 +86,8 @@ int proto_encode(const struct proto_msg *msg, void *buf, size_t cap);
  * nothing is read from out before the call, so a stale union cannot steer the write.
  * Returns 0, or -EPROTO for a record that is malformed, of another version, oversize or with
  * trailing bytes; then out->type and out->req_id are the record's when its [v, type, req_id]
- * header is well-formed, else out->type is 0. Nothing in out points into buf afterwards.
+ * header is well-formed, else out->type is 0. Nothing in out points into buf afterwards but
+ * a JOB's grammar (see struct proto_job).
  * Reads buf more than once and allocates a zone per call: for bytes no other process can
  * write, off the hot path. Consumers of a ring use a proto_decoder. */
 int proto_decode(const void *buf, size_t len, struct proto_msg *out, uint32_t *prompt,

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 /* Bumped whenever a record's layout changes; a record of another version is rejected. */
-#define WIRE_VERSION 1
+#define WIRE_VERSION 2
 
 /* The largest encoded record either side sends or accepts. */
 #define WIRE_MAX_MSG (1u << 20)
@@ -16,6 +16,8 @@
 #define WIRE_MAX_ERROR 512u
 /* logit_bias entries in one JOB. */
 #define WIRE_MAX_LOGIT_BIAS 300u
+/* The longest grammar (GBNF text) a JOB carries, in bytes; grammar.h's GRAMMAR_MAX_SOURCE. */
+#define WIRE_MAX_GRAMMAR (128u * 1024u)
 /* Alternatives reported with each token when logprobs are asked for. */
 #define WIRE_MAX_TOP_LOGPROBS 20u
 

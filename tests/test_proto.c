@@ -171,6 +171,37 @@ static void test_proto_job_round_trips(void **state)
     }
 }
 
+static void test_proto_job_grammar_round_trips_and_is_checked(void **state)
+{
+    struct fixture *f = *state;
+    static char big[WIRE_MAX_GRAMMAR + 1];
+    const char *g = "root ::= \"{\" [a-z]* \"}\"";
+    int len;
+
+    make_job(f, 3);
+    f->in.u.job.grammar = g;
+    f->in.u.job.grammar_len = (uint32_t)strlen(g);
+    len = encode(f);
+    assert_true(len > 0);
+    assert_int_equal(decode(f, f->buf, (size_t)len), 0);
+    assert_int_equal(f->out.u.job.grammar_len, strlen(g));
+    assert_memory_equal(f->out.u.job.grammar, g, strlen(g));
+    /* none: length 0 */
+    f->in.u.job.grammar_len = 0;
+    len = encode(f);
+    assert_int_equal(decode(f, f->buf, (size_t)len), 0);
+    assert_int_equal(f->out.u.job.grammar_len, 0);
+    /* a NUL inside, or over the limit: refused at the source */
+    f->in.u.job.grammar = "a\0b";
+    f->in.u.job.grammar_len = 3;
+    assert_int_equal(encode(f), -EINVAL);
+    memset(big, 'x', sizeof(big));
+    f->in.u.job.grammar = big;
+    f->in.u.job.grammar_len = WIRE_MAX_GRAMMAR + 1;
+    assert_int_equal(encode(f), -EINVAL);
+    f->in.u.job.grammar_len = 0;
+}
+
 static void test_proto_job_default_sampling_round_trips(void **state)
 {
     struct fixture *f = *state;
@@ -306,7 +337,7 @@ static void test_proto_failed_round_trips(void **state)
 /* The valid field count of each type, header included. */
 static uint32_t count_of(int type)
 {
-    static const uint32_t counts[] = {0, 6, 3, 4, 6, 5, 4};
+    static const uint32_t counts[] = {0, 7, 3, 4, 6, 5, 4};
     return counts[type];
 }
 
@@ -365,7 +396,7 @@ static void pack_record(struct fixture *f, int type, int count_delta, int bad, i
     msgpack_pack_array(pk, n);
     for (uint32_t i = 0; i < n; i++) {
         if ((int)i == bad) {
-            pack_wrong(pk, type == MSG_TYPE_FAILED && i == 3);
+            pack_wrong(pk, (type == MSG_TYPE_FAILED && i == 3) || (type == MSG_TYPE_JOB && i == 6));
             continue;
         }
         if (i >= count_of(type)) {
@@ -386,6 +417,7 @@ static void pack_record(struct fixture *f, int type, int count_delta, int bad, i
             break;
         case MSG_TYPE_JOB * 16 + 4: msgpack_pack_uint32(pk, 16); break;
         case MSG_TYPE_JOB * 16 + 5: pack_sampling(pk, bad_s); break;
+        case MSG_TYPE_JOB * 16 + 6: msgpack_pack_str_with_body(pk, "root ::= \"a\"", 12); break;
         case MSG_TYPE_STARTED * 16 + 3: msgpack_pack_uint32(pk, 3); break;
         case MSG_TYPE_TOKEN * 16 + 3: msgpack_pack_uint32(pk, 65); break;
         case MSG_TYPE_TOKEN * 16 + 4: msgpack_pack_double(pk, -0.5); break;
@@ -746,7 +778,7 @@ static void test_proto_limits_of_lists_rejected(void **state)
 
     /* 301 logit biases. */
     msgpack_sbuffer_clear(&f->sb);
-    msgpack_pack_array(&f->pk, 6);
+    msgpack_pack_array(&f->pk, 7);
     msgpack_pack_uint32(&f->pk, WIRE_VERSION);
     msgpack_pack_uint32(&f->pk, MSG_TYPE_JOB);
     msgpack_pack_uint32(&f->pk, 1);
@@ -767,6 +799,7 @@ static void test_proto_limits_of_lists_rejected(void **state)
         msgpack_pack_uint32(&f->pk, i);
         msgpack_pack_float(&f->pk, 1.0f);
     }
+    msgpack_pack_str(&f->pk, 0);
     assert_int_equal(decode(f, f->sb.data, f->sb.size), -EPROTO);
     /* The same with 300 (drop the last pair, fix the count) is fine. */
     f->sb.size = before_bias;
@@ -776,6 +809,7 @@ static void test_proto_limits_of_lists_rejected(void **state)
         msgpack_pack_uint32(&f->pk, i);
         msgpack_pack_float(&f->pk, 1.0f);
     }
+    msgpack_pack_str(&f->pk, 0);
     assert_int_equal(decode(f, f->sb.data, f->sb.size), 0);
     assert_int_equal(f->out.u.job.sampling.n_logit_bias, WIRE_MAX_LOGIT_BIAS);
 }
@@ -970,7 +1004,7 @@ static void test_proto_malformed_body_still_names_the_record(void **state)
     assert_int_equal(f->out.type, MSG_TYPE_JOB);
     assert_true(f->out.req_id == f->in.req_id);
     /* No header to name: type 0. */
-    assert_int_equal(decode(f, "\x93\x02\x01\x07", 4), -EPROTO); /* version 2 */
+    assert_int_equal(decode(f, "\x93\x7f\x01\x07", 4), -EPROTO); /* version 127 */
     assert_int_equal(f->out.type, 0);
     assert_int_equal(decode(f, "\xc1", 1), -EPROTO);
     assert_int_equal(f->out.type, 0);
@@ -1054,7 +1088,7 @@ static void test_proto_decoder_reads_a_changing_record_once(void **state)
     assert_non_null(d);
     /* [1, JOB, 9, array32 [1, 2, 3], 16, sampling] built by hand around an array32 count. */
     msgpack_sbuffer_clear(&f->sb);
-    msgpack_pack_array(&f->pk, 6);
+    msgpack_pack_array(&f->pk, 7);
     msgpack_pack_uint32(&f->pk, WIRE_VERSION);
     msgpack_pack_uint32(&f->pk, MSG_TYPE_JOB);
     msgpack_pack_uint64(&f->pk, 9);
@@ -1062,6 +1096,7 @@ static void test_proto_decoder_reads_a_changing_record_once(void **state)
     msgpack_sbuffer_write(&f->sb, "\xdd\x00\x00\x00\x03\x01\x02\x03", 8);
     msgpack_pack_uint32(&f->pk, 16);
     pack_sampling(&f->pk, NO_FIELD);
+    msgpack_pack_str(&f->pk, 0);
     memcpy(f->buf, f->sb.data, f->sb.size);
     len = f->sb.size;
     assert_int_equal(proto_decoder_decode(d, f->buf, len, &f->out, f->prompt_out, 8), 0);
@@ -1097,6 +1132,7 @@ int main(void)
         PROTO_TEST(test_proto_job_round_trips),
         PROTO_TEST(test_proto_job_default_sampling_round_trips),
         PROTO_TEST(test_proto_pause_and_resume_round_trip),
+        PROTO_TEST(test_proto_job_grammar_round_trips_and_is_checked),
         PROTO_TEST(test_proto_cancel_and_started_round_trip),
         PROTO_TEST(test_proto_token_round_trips_with_and_without_top),
         PROTO_TEST(test_proto_done_round_trips_each_reason),
