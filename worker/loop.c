@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gmask.h"
 #include "hist.h"
 #include "log.h"
 #include "notify.h"
@@ -29,6 +30,7 @@ struct loop_job {
     bool paused; /* PAUSE came while it waited: it starts paused */
     uint32_t *prompt; /* (max_context) */
     struct proto_sampling sampling;
+    struct gmask_grammar *grammar; /* NULL: unconstrained; a reference held */
 };
 
 /* A running sequence; its index is its model slot */
@@ -39,10 +41,13 @@ struct loop_seq {
     uint32_t last; /* the token to decode next */
     uint32_t generated, max_new_tokens;
     struct sampler *sampler;
+    struct gmask_seq *gs;          /* the slot's grammar matcher */
+    struct gmask_grammar *grammar; /* NULL: unconstrained; a reference held */
 };
 
 struct loop {
     struct model *m;
+    struct gmask *gm; /* NULL: no vocabulary, so grammars are refused */
     struct shm_region *reg;
     struct shm_region_hdr *hdr;
     int wake_fd, notify_fd;
@@ -189,6 +194,8 @@ static void send_failed(struct loop *l, uint64_t req_id, const char *error)
  * front that reads the final record sees the slot free */
 static void seq_end(struct loop *l, struct loop_seq *s)
 {
+    gmask_grammar_put(l->gm, s->grammar);
+    s->grammar = NULL;
     model_seq_free(l->m, (int)(s - l->seqs));
     if (s->paused) {
         s->paused = false;
@@ -211,6 +218,22 @@ static bool logits_finite(const float *logits, uint32_t n)
 
 #define LOOP_NONFINITE "the model produced non-finite logits"
 
+/* Mask the logits by the sequence's grammar. Returns false when the sequence ended (a dead
+ * end: no token can continue, which a correct grammar never reaches; failed, not the batch). */
+static bool mask_grammar(struct loop *l, struct loop_seq *s, float *logits)
+{
+    long n = gmask_apply(l->gm, s->gs, logits);
+
+    if (n > 0)
+        return true;
+    log_warn("request %llu: the grammar %s", (unsigned long long)s->req_id,
+             n == 0 ? "allows no token here" : "is too ambiguous to follow");
+    seq_end(l, s);
+    send_failed(l, s->req_id, n == 0 ? "the grammar allows no token here (a dead end)"
+                                     : "the grammar is too ambiguous to follow");
+    return false;
+}
+
 /* DESIGN step 6: sample the next token and send it; whether the sequence goes on. A token
  * that cannot be sent ends the sequence with FAILED rather than go missing yet be counted. */
 static bool advance(struct loop *l, struct loop_seq *s, float *logits)
@@ -224,7 +247,22 @@ static bool advance(struct loop *l, struct loop_seq *s, float *logits)
         send_failed(l, s->req_id, LOOP_NONFINITE);
         return false;
     }
+    if (s->grammar && !mask_grammar(l, s, logits))
+        return false;
     token = sampler_sample(s->sampler, logits, &l->out.u.token);
+    if (s->grammar && gmask_accept(l->gm, s->gs, token) < 0) {
+        /* every allowed token had -inf (a logit_bias of -100 on each): nothing to pick */
+        seq_end(l, s);
+        send_failed(l, s->req_id, "no token the grammar allows is left after logit_bias");
+        return false;
+    }
+    for (uint32_t i = 0; s->grammar && i < l->m->n_eos && i < 16; i++) {
+        if (token == l->m->eos[i]) { /* the grammar allowed it: it is complete */
+            seq_end(l, s);
+            send_done(l, s->req_id, FINISH_REASON_STOP, s->generated);
+            return false;
+        }
+    }
     if (!s->ignore_eos) {
         for (uint32_t i = 0; i < l->m->n_eos && i < 16; i++) {
             if (token == l->m->eos[i]) {
@@ -244,6 +282,12 @@ static bool advance(struct loop *l, struct loop_seq *s, float *logits)
     }
     s->generated++;
     s->last = token;
+    if (s->grammar && gmask_seq_must_end(s->gs)) {
+        /* complete, and nothing may follow: the end token is the only choice left */
+        seq_end(l, s);
+        send_done(l, s->req_id, FINISH_REASON_STOP, s->generated);
+        return false;
+    }
     if (s->generated >= s->max_new_tokens) {
         seq_end(l, s);
         send_done(l, s->req_id, FINISH_REASON_LENGTH, s->generated);
@@ -257,6 +301,13 @@ static bool advance(struct loop *l, struct loop_seq *s, float *logits)
 static struct loop_job *queue_front(struct loop *l)
 {
     return &l->jobs[l->queue[l->q_head]];
+}
+
+/* A job that will not start gives its grammar back */
+static void job_release(struct loop *l, struct loop_job *job)
+{
+    gmask_grammar_put(l->gm, job->grammar);
+    job->grammar = NULL;
 }
 
 static void queue_pop(struct loop *l)
@@ -298,8 +349,27 @@ static void on_job(struct loop *l, const struct proto_msg *msg)
         send_failed(l, msg->req_id, "the worker's waiting list is full");
         return;
     }
+    struct gmask_grammar *grammar = NULL;
+
+    if (j->grammar_len) {
+        char err[256];
+
+        if (!l->gm) {
+            send_failed(l, msg->req_id, "this worker has no vocabulary to follow a grammar with");
+            return;
+        }
+        /* compiled here, from the record's private copy: the compiler is the validator, so
+         * a malformed grammar fails this job only */
+        if (!(grammar = gmask_grammar_get(l->gm, j->grammar, j->grammar_len, err, sizeof(err)))) {
+            snprintf(why, sizeof(why), "the job's grammar was refused: %.120s", err);
+            log_warn("request %llu: %s", (unsigned long long)msg->req_id, why);
+            send_failed(l, msg->req_id, why);
+            return;
+        }
+    }
     idx = l->free_jobs[--l->n_free_jobs];
     job = &l->jobs[idx];
+    job->grammar = grammar;
     job->req_id = msg->req_id;
     job->n_prompt = j->n_prompt;
     room = l->m->max_context - j->n_prompt;
@@ -466,6 +536,7 @@ static void start(struct loop *l, struct loop_job *job)
         if (!l->seqs[i].active)
             s = &l->seqs[i];
     if (!s) { /* admission counted the free slots */
+        job_release(l, job);
         send_failed(l, job->req_id, "no free sequence slot");
         return;
     }
@@ -480,6 +551,7 @@ static void start(struct loop *l, struct loop_job *job)
 
         log_warn("request %llu: prefill failed: %s", (unsigned long long)job->req_id, why);
         model_seq_free(l->m, slot);
+        job_release(l, job);
         send_failed(l, job->req_id, why);
         return;
     }
@@ -494,8 +566,15 @@ static void start(struct loop *l, struct loop_job *job)
     s->req_id = job->req_id;
     s->generated = 0;
     s->max_new_tokens = job->max_new_tokens;
+    s->grammar = job->grammar; /* the reference moves to the sequence */
+    job->grammar = NULL;
     l->n_active++;
     publish_counts(l);
+    if (s->grammar && gmask_seq_start(l->gm, s->gs, s->grammar) < 0) {
+        seq_end(l, s);
+        send_failed(l, job->req_id, "the grammar is too ambiguous to follow");
+        return;
+    }
     if (advance(l, s, l->logits))
         l->order[l->n_order++] = slot;
 }
@@ -512,6 +591,7 @@ static void admit(struct loop *l)
         if (job->cancelled) {
             uint64_t id = job->req_id;
 
+            job_release(l, job);
             queue_pop(l);
             publish_counts(l);
             send_done(l, id, FINISH_REASON_CANCELLED, 0);
@@ -604,6 +684,7 @@ static void fail_all(struct loop *l, const char *why)
     while (l->q_len) {
         uint64_t id = queue_front(l)->req_id;
 
+        job_release(l, queue_front(l));
         queue_pop(l);
         publish_counts(l);
         send_failed(l, id, why);
@@ -690,8 +771,13 @@ struct loop *loop_create(struct model *m, struct shm_region *reg, int wake_fd, i
         !l->logits || !l->slots || !l->tokens || !l->res || !l->prompt_in || !l->buf)
         goto nomem;
     for (uint32_t i = 0; i < l->n_slots; i++)
-        if (!(l->seqs[i].sampler = sampler_create(m->n_vocab)))
+        if (!(l->seqs[i].sampler = sampler_create(m->n_vocab)) ||
+            !(l->seqs[i].gs = gmask_seq_create()))
             goto nomem;
+    /* every job and sequence may hold a grammar, so the cache never fills with ones in use */
+    if (o->tok && !(l->gm = gmask_create(o->tok, m->n_vocab, m->eos, m->n_eos,
+                                         l->n_slots + l->cap_jobs + 4)))
+        goto nomem;
     for (uint32_t i = 0; i < l->cap_jobs; i++) {
         l->jobs[i].prompt = l->prompt_store + (size_t)i * m->max_context;
         l->free_jobs[l->n_free_jobs++] = l->cap_jobs - 1 - i;
@@ -721,8 +807,11 @@ void loop_destroy(struct loop *l)
     if (l->waiter)
         notify_waiter_destroy(l->waiter);
     if (l->seqs)
-        for (uint32_t i = 0; i < l->n_slots; i++)
+        for (uint32_t i = 0; i < l->n_slots; i++) {
             sampler_destroy(l->seqs[i].sampler);
+            gmask_seq_destroy(l->seqs[i].gs);
+        }
+    gmask_destroy(l->gm);
     free(l->seqs);
     free(l->order);
     free(l->batch_of);

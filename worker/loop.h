@@ -15,9 +15,13 @@ struct loop_opts {
     uint32_t max_prefill_tokens; /* prompt tokens between two decode steps; 0: 512 */
     uint32_t max_waiting;        /* jobs held beyond the running ones; 0: 2 * slots + 8 */
     int idle_timeout_ms;         /* longest idle sleep between checks of stop; 0: 1000 */
+    /* The model's vocabulary, for grammar-constrained jobs (read at loop_create only);
+     * NULL: a job with a grammar fails. */
+    const struct tokenizer *tok;
 };
 
 struct loop;
+struct tokenizer;
 
 /* A loop over model m (borrowed, outlives the loop) and region reg (borrowed): it consumes
  * reg->to_worker, sleeping on wake_fd, and produces reg->to_front, writing notify_fd when

@@ -13,8 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gguf.h"
 #include "log.h"
 #include "shm_region.h"
+#include "tokenizer.h"
 #include "loop.h"
 #include "model.h"
 #include "model_info.h"
@@ -133,6 +135,29 @@ static int parse_args(int argc, char **argv, struct worker_args *a)
     return 0;
 }
 
+/* The vocabulary grammar masks need: the byte tokenizer for the mock, else the GGUF's. NULL
+ * (logged) when it cannot be read: grammar jobs then fail, the rest is served. *g keeps the
+ * file open while the tokenizer lives. */
+static struct tokenizer *load_vocab(const struct worker_args *a, struct gguf **g)
+{
+    char err[256] = "";
+    struct tokenizer *t;
+
+    *g = NULL;
+    if (strcmp(a->model, "mock") == 0)
+        return tokenizer_create_bytes();
+    if (!(*g = gguf_open(a->model, err, sizeof(err)))) {
+        log_warn("no vocabulary for grammars: %s", err);
+        return NULL;
+    }
+    if (!(t = tokenizer_create_gguf(*g, err, sizeof(err)))) {
+        log_warn("no vocabulary for grammars: %s", err);
+        gguf_close(*g);
+        *g = NULL;
+    }
+    return t;
+}
+
 static struct model *load_model(const struct worker_args *a)
 {
     char err[256] = "";
@@ -180,6 +205,8 @@ int main(int argc, char **argv)
     struct model *m;
     struct loop *l;
     struct loop_opts lo;
+    struct tokenizer *tok;
+    struct gguf *g;
     struct sigaction sa;
     char role[32];
     int rc;
@@ -215,8 +242,12 @@ int main(int argc, char **argv)
         shm_region_destroy(&reg);
         return 2;
     }
-    lo = (struct loop_opts){.max_prefill_tokens = (uint32_t)a.max_prefill_tokens};
-    if (!(l = loop_create(m, &reg, (int)a.wake_fd, (int)a.notify_fd, &lo, &rc))) {
+    tok = load_vocab(&a, &g);
+    lo = (struct loop_opts){.max_prefill_tokens = (uint32_t)a.max_prefill_tokens, .tok = tok};
+    l = loop_create(m, &reg, (int)a.wake_fd, (int)a.notify_fd, &lo, &rc);
+    tokenizer_destroy(tok); /* the loop copied what it needs */
+    gguf_close(g);
+    if (!l) {
         fprintf(stderr, "kiln-worker: setting up the loop: %s\n", strerror(-rc));
         model_destroy(m);
         shm_region_destroy(&reg);
