@@ -36,6 +36,11 @@ struct api_params {
  * another model) or -ENOMEM. */
 int api_parse_common(struct request *r, json_t *o, struct api_params *p, struct perr *e);
 
+/* response_format (json_object, json_schema), grammar and json_schema: r->grammar set to the
+ * GBNF the job carries (NULL: unconstrained). Returns 0, -EINVAL with e set (400 naming the
+ * unsupported keyword or the grammar's line and column) or -ENOMEM. */
+int api_parse_grammar(struct request *r, json_t *o, struct perr *e);
+
 /* A completion's prompt: a string or an array of one string (*text borrowed from o, *len),
  * or an array of token ids (*ids malloc'd, *n_ids; *text NULL). Returns 0 or -EINVAL /
  * -ENOMEM with e set. */

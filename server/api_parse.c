@@ -161,12 +161,6 @@ static int parse_unsupported(const struct request *r, json_t *o, struct perr *e)
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
         if (asks_for(o, fields[i]))
             return bad(e, fields[i], "'%s' is not supported by this server", fields[i]);
-    if ((v = json_object_get(o, "response_format")) && !json_is_null(v)) {
-        json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-        if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
-            return bad(e, "response_format",
-                       "only 'response_format' {\"type\": \"text\"} is supported");
-    }
     if ((v = json_object_get(o, "best_of")) && !json_is_null(v) &&
         !(json_is_integer(v) && json_integer_value(v) == 1))
         return bad(e, "best_of", "only '%s' = 1 is supported", "best_of");
@@ -293,6 +287,8 @@ int api_parse_common(struct request *r, json_t *o, struct api_params *p, struct 
     if (r->echo && r->logprobs)
         return bad(e, "echo", "'echo' together with 'logprobs' is not supported");
     if ((rc = parse_sampling(r, o, p, e)) < 0)
+        return rc;
+    if ((rc = api_parse_grammar(r, o, e)) < 0)
         return rc;
     return parse_stop(r, o, e);
 }

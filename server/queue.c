@@ -139,6 +139,8 @@ void queue_dispatch(struct queue *q)
         m.u.job.prompt_cap = r->n_prompt;
         m.u.job.max_new_tokens = r->max_new_tokens;
         m.u.job.sampling = r->sampling;
+        m.u.job.grammar = r->grammar;
+        m.u.job.grammar_len = r->grammar ? r->grammar_len : 0;
         int rc = worker_submit(w, &m, r);
         if (rc == -EAGAIN) {
             /* its ring is full: the others may take the job; this one again at the next

@@ -225,6 +225,7 @@ static void request_maybe_free(struct request *r)
     for (uint32_t i = 0; i < r->n_stops; i++)
         free(r->stops[i]);
     free(r->prompt);
+    free(r->grammar);
     relay_destroy(r->relay);
     toolcall_destroy(r->tc_parser);
     if (r->text)
@@ -726,6 +727,15 @@ static struct request *make_choice(struct request *lead, uint32_t i)
     }
     memcpy(c->prompt, lead->prompt, (size_t)lead->n_prompt * sizeof(uint32_t));
     c->n_prompt = lead->n_prompt;
+    if (lead->grammar) {
+        if (!(c->grammar = malloc(lead->grammar_len + 1))) {
+            free(c->prompt);
+            free(c);
+            return NULL;
+        }
+        memcpy(c->grammar, lead->grammar, lead->grammar_len + 1);
+        c->grammar_len = lead->grammar_len;
+    }
     TAILQ_INSERT_TAIL(&f->requests, c, link_all);
     f->n_requests++;
     lead->choices[i] = c;

@@ -57,6 +57,8 @@ struct request {
     struct proto_sampling sampling;
     char *stops[REQUEST_MAX_STOPS];
     uint32_t n_stops;
+    char *grammar;        /* GBNF the output must follow (NULL: none), grammar_len bytes */
+    uint32_t grammar_len;
 
     bool queued;        /* in the waiting queue */
     struct worker *worker; /* holding a slot there until the job's final record */

@@ -74,8 +74,14 @@ static void test_openai_fields_unsupported_fields_are_400_naming_them(void **sta
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"function_call\":\"auto\"}",
          "function_call"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
-         "\"response_format\":{\"type\":\"json_object\"}}",
+         "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"not\":{}}}}}",
          "response_format"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+         "\"response_format\":{\"type\":\"xml\"}}",
+         "response_format"},
+        {"{\"prompt\":\"a\",\"grammar\":\"root ::= \\\"a\"}", "grammar"},
+        {"{\"prompt\":\"a\",\"json_schema\":{\"type\":\"string\",\"format\":\"ipv4\"}}",
+         "json_schema"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":9}", "n"},
         {"{\"prompt\":[\"a\",\"b\"]}", "prompt"},
         {"{\"prompt\":\"a\",\"suffix\":\"z\"}", "suffix"},
@@ -259,6 +265,60 @@ static void test_openai_fields_echo_and_token_prompt(void **state)
     json_decref(j);
 }
 
+/* Structured output on the mock (whose reply is not JSON): every choice follows the
+ * grammar, a seeded request reproduces, and a grammar error names line and column. */
+static void test_openai_fields_grammar_and_json_mode_constrain_the_output(void **state)
+{
+    json_t *j, *j2, *c;
+    size_t i;
+    int st;
+
+    st = front_call(port_of(state), "POST", "/v1/completions",
+                    "{\"prompt\":\"hi\",\"max_tokens\":20,\"temperature\":1,\"n\":3,\"seed\":5,"
+                    "\"grammar\":\"root ::= \\\"yes\\\" | \\\"no\\\" | [0-9]{2}\"}",
+                    &j, NULL);
+    assert_int_equal(st, 200);
+    json_array_foreach(json_object_get(j, "choices"), i, c) {
+        const char *t = json_string_value(json_object_get(c, "text"));
+
+        assert_non_null(t);
+        assert_true(strcmp(t, "yes") == 0 || strcmp(t, "no") == 0 ||
+                    (strlen(t) == 2 && t[0] >= '0' && t[0] <= '9' && t[1] >= '0' && t[1] <= '9'));
+        assert_string_equal(json_string_value(json_object_get(c, "finish_reason")), "stop");
+    }
+    st = front_call(port_of(state), "POST", "/v1/completions",
+                    "{\"prompt\":\"hi\",\"max_tokens\":20,\"temperature\":1,\"n\":3,\"seed\":5,"
+                    "\"grammar\":\"root ::= \\\"yes\\\" | \\\"no\\\" | [0-9]{2}\"}",
+                    &j2, NULL);
+    assert_int_equal(st, 200);
+    assert_true(json_equal(json_object_get(j, "choices"), json_object_get(j2, "choices")));
+    json_decref(j);
+    json_decref(j2);
+    st = front_call(port_of(state), "POST", "/v1/chat/completions",
+                    "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":200,"
+                    "\"temperature\":1,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+                    "{\"name\":\"p\",\"schema\":{\"type\":\"object\",\"properties\":{\"ok\":"
+                    "{\"type\":\"boolean\"},\"n\":{\"enum\":[1,2]}},\"required\":[\"ok\",\"n\"]}}}}",
+                    &j, NULL);
+    assert_int_equal(st, 200);
+    c = json_array_get(json_object_get(j, "choices"), 0);
+    const char *content = json_string_value(json_object_get(json_object_get(c, "message"), "content"));
+    json_error_t je;
+    json_t *v = json_loads(content, 0, &je);
+
+    assert_non_null(v);
+    assert_true(json_is_boolean(json_object_get(v, "ok")));
+    assert_true(json_is_integer(json_object_get(v, "n")));
+    json_decref(v);
+    json_decref(j);
+    st = front_call(port_of(state), "POST", "/v1/completions",
+                    "{\"prompt\":\"a\",\"grammar\":\"root ::= x\\nx ::= [a-\"}", &j, NULL);
+    assert_error(st, j, 400, "grammar", NULL);
+    assert_non_null(strstr(json_string_value(json_object_get(json_object_get(j, "error"), "message")),
+                           "line 2, column 7"));
+    json_decref(j);
+}
+
 static void test_openai_fields_models_lists_context_length(void **state)
 {
     json_t *j;
@@ -281,6 +341,7 @@ int main(void)
         cmocka_unit_test(test_openai_fields_completion_logprobs_shape),
         cmocka_unit_test(test_openai_fields_echo_and_token_prompt),
         cmocka_unit_test(test_openai_fields_models_lists_context_length),
+        cmocka_unit_test(test_openai_fields_grammar_and_json_mode_constrain_the_output),
     };
     return cmocka_run_group_tests_name("openai_fields", tests, group_setup, group_teardown);
 }
