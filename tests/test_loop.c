@@ -214,8 +214,11 @@ static void start_loop(struct fixture *f, struct recorder *rec, uint32_t max_pre
     struct loop_opts o = {.max_prefill_tokens = max_prefill_tokens, .idle_timeout_ms = 200};
     int err;
 
+    o.tok = tokenizer_create_bytes(); /* the mock's vocabulary, for grammar jobs */
+    assert_non_null(o.tok);
     f->rec = rec;
     f->loop = loop_create(&rec->base, &f->reg, f->wake_fd, f->notify_fd, &o, &err);
+    tokenizer_destroy((struct tokenizer *)o.tok); /* read at create only */
     assert_non_null(f->loop);
     assert_int_equal(pthread_create(&f->thread, NULL, loop_thread, f), 0);
     f->running = true;
@@ -749,6 +752,79 @@ static void test_loop_nan_logits_fail_their_sequence_and_the_batch_goes_on(void 
     pthread_mutex_unlock(&r->mu);
 }
 
+/* A JOB whose grammar is given: the output follows it and ends as soon as it is complete; a
+ * grammar that does not compile fails that job only; a job whose every allowed token is
+ * banned by logit_bias fails alone while its batch neighbour finishes. */
+static void push_grammar_job(struct fixture *f, int i, const char *grammar,
+                             const struct proto_sampling *sampling)
+{
+    uint32_t tok = 'x';
+
+    memset(&f->msg, 0, sizeof(f->msg));
+    f->msg.type = MSG_TYPE_JOB;
+    f->msg.req_id = f->tr[i].req_id;
+    f->msg.u.job.prompt = &tok;
+    f->msg.u.job.n_prompt = 1;
+    f->msg.u.job.max_new_tokens = 50;
+    if (sampling)
+        f->msg.u.job.sampling = *sampling;
+    else
+        proto_sampling_init(&f->msg.u.job.sampling);
+    f->msg.u.job.grammar = grammar;
+    f->msg.u.job.grammar_len = (uint32_t)strlen(grammar);
+    push_msg(f);
+}
+
+static void test_loop_grammar_constrains_and_a_bad_one_fails_only_its_job(void **state)
+{
+    struct fixture *f = *state;
+    struct model_mock_opts o = {.reply = "abcdef", .max_sequences = 3};
+    struct recorder *r = recorder_create(&o);
+
+    push_grammar_job(f, 0, "root ::= \"abc\" [x-z]{2}", NULL);
+    push_grammar_job(f, 1, "root ::= (\"a\"", NULL);
+    push_job(f, 2, "y", 100);
+    start_loop(f, r, 0);
+    until_final(f, 0);
+    until_final(f, 1);
+    until_final(f, 2);
+    assert_int_equal(f->tr[0].final, MSG_TYPE_DONE);
+    assert_int_equal(f->tr[0].reason, FINISH_REASON_STOP);
+    assert_int_equal(strlen(f->tr[0].text), 5);
+    assert_memory_equal(f->tr[0].text, "abc", 3);
+    assert_true(f->tr[0].text[3] >= 'x' && f->tr[0].text[3] <= 'z');
+    assert_true(f->tr[0].text[4] >= 'x' && f->tr[0].text[4] <= 'z');
+    assert_int_equal(f->tr[1].final, MSG_TYPE_FAILED);
+    assert_int_equal(f->tr[1].started, -1);
+    assert_non_null(strstr(f->tr[1].error, "grammar was refused: line 1, column 10"));
+    assert_string_equal(f->tr[2].text, "abcdef");
+    assert_int_equal(f->tr[2].final, MSG_TYPE_DONE);
+}
+
+static void test_loop_grammar_with_every_allowed_token_banned_fails_alone(void **state)
+{
+    struct fixture *f = *state;
+    struct model_mock_opts o = {.reply = "abcdef", .max_sequences = 2};
+    struct recorder *r = recorder_create(&o);
+    struct proto_sampling s;
+
+    proto_sampling_init(&s);
+    s.n_logit_bias = 1;
+    s.logit_bias[0].token = 'q';
+    s.logit_bias[0].bias = -100.0f;
+    push_job(f, 0, "x", 100);
+    push_grammar_job(f, 1, "root ::= \"a\" \"q\"", &s);
+    start_loop(f, r, 0);
+    until_final(f, 0);
+    until_final(f, 1);
+    assert_string_equal(f->tr[0].text, "abcdef");
+    assert_int_equal(f->tr[0].final, MSG_TYPE_DONE);
+    assert_string_equal(f->tr[1].text, "a");
+    assert_int_equal(f->tr[1].final, MSG_TYPE_FAILED);
+    assert_string_equal(f->tr[1].error, "no token the grammar allows is left after logit_bias");
+    assert_int_equal(atomic_load(&f->reg.hdr->running), 0);
+}
+
 static void test_loop_broken_io_uring_waiter_falls_back_to_poll_without_spinning(void **state)
 {
     struct fixture *f = *state;
@@ -842,6 +918,8 @@ int main(void)
         T(test_loop_record_without_a_header_is_a_protocol_error),
         T(test_loop_stop_fails_what_is_held),
         T(test_loop_nan_logits_fail_their_sequence_and_the_batch_goes_on),
+        T(test_loop_grammar_constrains_and_a_bad_one_fails_only_its_job),
+        T(test_loop_grammar_with_every_allowed_token_banned_fails_alone),
         T(test_loop_broken_io_uring_waiter_falls_back_to_poll_without_spinning),
         T(test_loop_full_ring_sleeps_until_the_front_pops_and_wakes),
     };
