@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -420,6 +421,19 @@ int download_file(const struct download_file_opts *o, char *err, size_t errlen)
     }
     if ((rc = hash_existing(&d)) < 0) {
         snprintf(err, errlen, "reading %s: %s", part, strerror(-rc));
+        goto fail;
+    }
+    struct statvfs vfs;
+    if (o->size > 0 && (uint64_t)o->size > d.have && fstatvfs(d.fd, &vfs) == 0 &&
+        (uint64_t)vfs.f_bavail * vfs.f_frsize < (uint64_t)o->size - d.have) {
+        char need[32], have[32];
+        fmt_mib(need, sizeof(need), (double)((uint64_t)o->size - d.have));
+        fmt_mib(have, sizeof(have), (double)vfs.f_bavail * (double)vfs.f_frsize);
+        snprintf(err, errlen, "%s needs %s more and its folder has %s free", o->label, need,
+                 have);
+        rc = -ENOSPC;
+        if (d.have == 0)
+            unlink(part);
         goto fail;
     }
     if (d.have > 0 && o->out && o->progress != DOWNLOAD_PROGRESS_NONE)

@@ -39,6 +39,7 @@ struct hub_file {
     const unsigned char *data;
     size_t len;
     const char *sha; /* what the hub publishes */
+    unsigned long long listed; /* the size the listing gives; 0: len */
 };
 
 struct hub {
@@ -102,7 +103,8 @@ static void serve_listing(struct hub *h, int fd)
         n += (size_t)sprintf(json + n,
                              ",{\"type\":\"file\",\"oid\":\"0123\",\"size\":134,\"path\":\"%s\","
                              "\"lfs\":{\"oid\":\"%s\",\"size\":%zu,\"pointerSize\":134}}",
-                             h->files[i].path, h->files[i].sha, h->files[i].len);
+                             h->files[i].path, h->files[i].sha,
+                             (size_t)(h->files[i].listed ? h->files[i].listed : h->files[i].len));
     n += (size_t)sprintf(json + n, "]");
     reply(fd, "200 OK", "Content-Type: application/json\r\n", json, n);
     free(json);
@@ -269,13 +271,15 @@ static int setup(void **state)
         f->small[i] = (unsigned char)(i * 7);
     f->hub.fd = -1;
     f->hub.files[0] = (struct hub_file){"stories-Q8_0.gguf", f->stories, f->stories_len,
-                                        STORIES_SHA};
+                                        STORIES_SHA, 0};
     f->hub.files[1] = (struct hub_file){"stories-Q4_K_M.gguf", f->small, sizeof(f->small),
-                                        "0000000000000000000000000000000000000000000000000000000000000000"};
-    f->hub.files[2] = (struct hub_file){"mmproj-stories-f16.gguf", f->small, 16, STORIES_SHA};
+                                        "0000000000000000000000000000000000000000000000000000000000000000", 0};
+    f->hub.files[2] = (struct hub_file){"mmproj-stories-f16.gguf", f->small, 16, STORIES_SHA, 0};
     f->hub.files[3] = (struct hub_file){"split/stories-Q6_K-00001-of-00002.gguf", f->small, 16,
-                                        STORIES_SHA};
-    f->hub.n_files = 4;
+                                        STORIES_SHA, 0};
+    f->hub.files[4] = (struct hub_file){"huge-Q2_K.gguf", f->small, 16, STORIES_SHA,
+                                        1ull << 60}; /* an exabyte: no disk has room */
+    f->hub.n_files = 5;
     hub_start(&f->hub);
     snprintf(f->dir, sizeof(f->dir), "/tmp/kiln-hf-XXXXXX");
     if (!mkdtemp(f->dir))
@@ -469,6 +473,13 @@ static void test_hf_pull_names_what_the_repository_has(void **state)
     assert_non_null(strstr(err, "split"));
     assert_true(hf_pull("hf:o/missing:Q8_0", &f->opts, path, sizeof(path), err, sizeof(err)) < 0);
     assert_non_null(strstr(err, "o/missing"));
+    /* a file larger than the free space is refused before any byte is fetched */
+    int cdn = atomic_load(&f->hub.cdn_requests);
+    assert_int_equal(hf_pull("hf:o/r:Q2_K", &f->opts, path, sizeof(path), err, sizeof(err)),
+                     -ENOSPC);
+    fprintf(stderr, "%s\n", err);
+    assert_non_null(strstr(err, "free"));
+    assert_int_equal(atomic_load(&f->hub.cdn_requests), cdn);
     /* offline and not cached: refused without a request */
     int before = atomic_load(&f->hub.requests);
     f->opts.offline = true;
