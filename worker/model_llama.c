@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "kernels.h"
+#include "quant.h"
 #include "threadpool.h"
 #include "model_llama_impl.h"
 
@@ -116,7 +117,8 @@ static size_t kv_index(const struct llama *L, int slot, int layer, int pos)
            (size_t)L->c.kv_dim;
 }
 
-/* Row b: biases, RoPE at its position, then its K and V into the cache. */
+/* Row b: biases, per-head norms, RoPE at its position (the layer's table, or none), then its
+ * K and V into the cache. */
 static void rope_store_task(void *ctx, int b, int thread)
 {
     struct llama *L = ctx;
@@ -124,7 +126,6 @@ static void rope_store_task(void *ctx, int b, int thread)
     const struct llama_layer *ly = &L->layers[L->layer];
     float *q = L->q + (size_t)b * c->q_dim;
     float *k = L->kk + (size_t)b * c->kv_dim, *v = L->vv + (size_t)b * c->kv_dim;
-    const float *cs = L->cs + (size_t)b * c->n_rot;
     size_t at = kv_index(L, L->row_slot[b], L->layer, L->row_pos[b]);
     (void)thread;
 
@@ -133,44 +134,78 @@ static void rope_store_task(void *ctx, int b, int thread)
         L->k->add(k, ly->bk, c->kv_dim);
         L->k->add(v, ly->bv, c->kv_dim);
     }
-    kern_rope_apply(q, c->n_heads, c->head_dim, c->n_rot, cs, c->neox);
-    kern_rope_apply(k, c->n_kv_heads, c->head_dim, c->n_rot, cs, c->neox);
+    if (ly->q_norm) {
+        for (int h = 0; h < c->n_heads; h++)
+            L->k->rmsnorm(q + (size_t)h * c->head_dim, q + (size_t)h * c->head_dim, ly->q_norm,
+                          c->head_dim, c->eps);
+        for (int h = 0; h < c->n_kv_heads; h++)
+            L->k->rmsnorm(k + (size_t)h * c->head_dim, k + (size_t)h * c->head_dim, ly->k_norm,
+                          c->head_dim, c->eps);
+    }
+    if (ly->rope >= 0) {
+        const float *cs = L->cs + ((size_t)ly->rope * L->nb + (size_t)b) * c->n_rot;
+        kern_rope_apply(q, c->n_heads, c->head_dim, c->n_rot, cs, c->neox);
+        kern_rope_apply(k, c->n_kv_heads, c->head_dim, c->n_rot, cs, c->neox);
+    }
     kern_f32_to_f16(L->kv_k + at, k, c->kv_dim);
     kern_f32_to_f16(L->kv_v + at, v, c->kv_dim);
 }
 
-/* Row b, head h: causal attention over its own slot's cache, positions 0..pos. */
+/* Row b, head h: causal attention over its own slot's cache, positions t0..pos, where t0
+ * is 0, or pos - window + 1 in a sliding-window layer. Scores are scaled by attn_scale and,
+ * in gemma2, soft-capped. */
 static void attn_task(void *ctx, int task, int thread)
 {
     struct llama *L = ctx;
     const struct llama_config *c = &L->c;
+    const struct llama_layer *ly = &L->layers[L->layer];
     int b = task / c->n_heads, h = task % c->n_heads;
-    int kvh = h / (c->n_heads / c->n_kv_heads), n_t = L->row_pos[b] + 1;
-    size_t base = kv_index(L, L->row_slot[b], L->layer, 0) + (size_t)kvh * c->head_dim;
+    int kvh = h / (c->n_heads / c->n_kv_heads), pos = L->row_pos[b];
+    int t0 = ly->window && (uint32_t)pos >= ly->window ? pos - (int)ly->window + 1 : 0;
+    int n_t = pos + 1 - t0;
+    size_t base = kv_index(L, L->row_slot[b], L->layer, t0) + (size_t)kvh * c->head_dim;
     const uint16_t *kc = L->kv_k + base, *vc = L->kv_v + base;
     const float *q = L->q + (size_t)b * c->q_dim + (size_t)h * c->head_dim;
     float *out = L->ao + (size_t)b * c->q_dim + (size_t)h * c->head_dim;
     float *att = L->att + (size_t)thread * L->ctx;
-    float scale = 1.0f / sqrtf((float)c->head_dim);
+    float *qh = L->qh + (size_t)thread * c->head_dim;
+    uint16_t *h16 = L->h16 + (size_t)thread * (L->ctx > (uint32_t)c->head_dim ? L->ctx : (uint32_t)c->head_dim);
+    float scale = c->attn_scale, cap = c->softcap_attn;
 
+    /* the query and the attention weights rounded to F16, as llama.cpp's products with its
+     * F16 cache round them: the two then agree to float rounding, not to F16's */
+    kern_f32_to_f16(h16, q, c->head_dim);
+    quant_dequantize_row(GGML_TYPE_F16, h16, qh, c->head_dim);
     for (int t = 0; t < n_t; t++)
-        att[t] = L->k->dot_f16(kc + (size_t)t * c->kv_dim, q, c->head_dim) * scale;
+        att[t] = L->k->dot_f16(kc + (size_t)t * c->kv_dim, qh, c->head_dim) * scale;
+    if (cap > 0.0f)
+        for (int t = 0; t < n_t; t++)
+            att[t] = cap * tanhf(att[t] / cap);
     L->k->softmax(att, n_t);
+    kern_f32_to_f16(h16, att, n_t);
+    quant_dequantize_row(GGML_TYPE_F16, h16, att, n_t);
     memset(out, 0, (size_t)c->head_dim * sizeof(float));
     for (int t = 0; t < n_t; t++)
         L->k->axpy_f16(out, att[t], vc + (size_t)t * c->kv_dim, c->head_dim);
 }
 
-/* Row b of a block input: the residual add of the previous block's output (when add), the
- * norm (weights norm_w) into xb, and its activation formats (need). */
+/* Row b of a block input: the residual add of the previous block's output (when add; that
+ * output first normed by stage_post (gemma) and scaled by resid_scale (granite)), the norm
+ * (weights norm_w) into xb, and its activation formats (need). */
 static void block_in_task(void *ctx, int b, int thread)
 {
     struct llama *L = ctx;
     int dim = L->c.dim;
     float *x = L->x + (size_t)b * dim, *xb = L->xb + (size_t)b * dim;
     (void)thread;
-    if (L->stage_add)
+    if (L->stage_add) {
+        if (L->stage_post)
+            L->k->rmsnorm(xb, xb, L->stage_post, dim, L->c.eps);
+        if (L->c.resid_scale != 1.0f)
+            for (int i = 0; i < dim; i++)
+                xb[i] *= L->c.resid_scale;
         L->k->add(x, xb, dim);
+    }
     L->k->rmsnorm(xb, x, L->stage_norm, dim, L->c.eps);
     quant_in(L, xb, dim, b, L->stage_need);
 }
@@ -182,19 +217,32 @@ static void attn_out_task(void *ctx, int b, int thread)
     quant_in(L, L->ao + (size_t)b * L->c.q_dim, L->c.q_dim, b, L->stage_need);
 }
 
+/* GELU, tanh form: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), times up (gemma). */
+static void geglu(float *out, const float *gate, const float *up, int n)
+{
+    for (int i = 0; i < n; i++) {
+        float x = gate[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x))) * up[i];
+    }
+}
+
 static void swiglu_task(void *ctx, int b, int thread)
 {
     struct llama *L = ctx;
     size_t off = (size_t)b * L->c.ffn;
     (void)thread;
-    L->k->swiglu(L->hb + off, L->hb + off, L->hb2 + off, L->c.ffn);
+    if (L->c.a->gelu)
+        geglu(L->hb + off, L->hb + off, L->hb2 + off, L->c.ffn);
+    else
+        L->k->swiglu(L->hb + off, L->hb + off, L->hb2 + off, L->c.ffn);
     quant_in(L, L->hb + off, L->c.ffn, b, L->stage_need);
 }
 
-static void stage(struct llama *L, threadpool_fn fn, int n, int add, const float *norm,
-                  unsigned need)
+static void stage(struct llama *L, threadpool_fn fn, int n, int add, const float *post,
+                  const float *norm, unsigned need)
 {
     L->stage_add = add;
+    L->stage_post = post;
     L->stage_norm = norm;
     L->stage_need = need;
     threadpool_run(L->pool, fn, L, n);
@@ -209,46 +257,62 @@ static void forward(struct llama *L, int n)
     const struct llama_config *c = &L->c;
 
     for (int b = 0; b < n; b++) {
+        float *x = L->x + (size_t)b * c->dim;
         kern_get_row(L->tok_embd.type, L->tok_embd.data, L->tok_embd.row_bytes,
-                     (int)L->row_tok[b], c->dim, L->x + (size_t)b * c->dim);
-        kern_rope_table_ff(L->cs + (size_t)b * c->n_rot, c->n_rot, L->row_pos[b], c->rope_base,
-                           c->rope_freq_scale, L->rope_factors);
+                     (int)L->row_tok[b], c->dim, x);
+        if (c->embd_scale != 1.0f)
+            for (int i = 0; i < c->dim; i++)
+                x[i] *= c->embd_scale;
+        for (int r = 0; r < c->n_rope; r++)
+            llama_rope_table(&c->rope[r], c->n_rot, L->row_pos[b],
+                             L->cs + ((size_t)r * L->nb + (size_t)b) * c->n_rot);
     }
     for (int l = 0; l < c->n_layers; l++) {
         const struct llama_layer *ly = &L->layers[l];
         L->layer = l;
 
-        stage(L, block_in_task, n, l > 0, ly->attn_norm,
-              act_need(&ly->wq) | act_need(&ly->wk) | act_need(&ly->wv));
+        stage(L, block_in_task, n, l > 0, l > 0 ? L->layers[l - 1].post_ffn_norm : NULL,
+              ly->attn_norm, act_need(&ly->wq) | act_need(&ly->wk) | act_need(&ly->wv));
         mm_set(L, 0, &ly->wq, L->xb, L->q, 0, 0, n);
         mm_set(L, 1, &ly->wk, L->xb, L->kk, 0, 0, n);
         mm_set(L, 2, &ly->wv, L->xb, L->vv, 0, 0, n);
         mm_go(L, 3);
         threadpool_run(L->pool, rope_store_task, L, n);
         threadpool_run(L->pool, attn_task, L, n * c->n_heads);
-        stage(L, attn_out_task, n, 0, NULL, act_need(&ly->wo));
+        stage(L, attn_out_task, n, 0, NULL, NULL, act_need(&ly->wo));
         mm_set(L, 0, &ly->wo, L->ao, L->xb, 0, 0, n);
         mm_go(L, 1);
 
-        stage(L, block_in_task, n, 1, ly->ffn_norm, act_need(&ly->w_gate) | act_need(&ly->w_up));
+        stage(L, block_in_task, n, 1, ly->post_attn_norm, ly->ffn_norm,
+              act_need(&ly->w_gate) | act_need(&ly->w_up));
         mm_set(L, 0, &ly->w_gate, L->xb, L->hb, 0, 0, n);
         mm_set(L, 1, &ly->w_up, L->xb, L->hb2, 0, 0, n);
         mm_go(L, 2);
-        stage(L, swiglu_task, n, 0, NULL, act_need(&ly->w_down));
+        stage(L, swiglu_task, n, 0, NULL, NULL, act_need(&ly->w_down));
         mm_set(L, 0, &ly->w_down, L->hb, L->xb, 0, 0, n);
         mm_go(L, 1);
 
         if (L->base.heartbeat)
             L->base.heartbeat(L->base.heartbeat_ctx);
     }
-    stage(L, block_in_task, n, 1, L->output_norm, act_need(&L->output));
+    stage(L, block_in_task, n, 1, L->layers[c->n_layers - 1].post_ffn_norm, L->output_norm,
+          act_need(&L->output));
 }
 
-/* Logits of rows [r0, r0 + n) of the last forward into dst, n_vocab apart. */
+/* Logits of rows [r0, r0 + n) of the last forward into dst, n_vocab apart: the output
+ * matrix, then granite's divisor and gemma2's final soft-cap. */
 static void logits_rows(struct llama *L, int r0, int n, float *dst)
 {
-    mm_set(L, 0, &L->output, L->xb, dst, L->c.n_vocab, r0, n);
+    const struct llama_config *c = &L->c;
+    mm_set(L, 0, &L->output, L->xb, dst, c->n_vocab, r0, n);
     mm_go(L, 1);
+    if (c->logit_scale != 1.0f || c->softcap_final > 0.0f) {
+        float inv = 1.0f / c->logit_scale, cap = c->softcap_final;
+        for (size_t i = 0; i < (size_t)n * c->n_vocab; i++) {
+            float v = dst[i] * inv;
+            dst[i] = cap > 0.0f ? cap * tanhf(v / cap) : v;
+        }
+    }
 }
 
 /* ---- the interface ------------------------------------------------------------------- */
@@ -389,6 +453,8 @@ void model_llama_free(struct model *m)
     free(L->hb2);
     free(L->cs);
     free(L->att);
+    free(L->qh);
+    free(L->h16);
     free(L->row_slot);
     free(L->row_pos);
     free(L->row_of);

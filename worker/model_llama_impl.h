@@ -13,21 +13,76 @@
 #define MAX_MM_JOBS  3
 #define MAX_DIM      (1 << 20)
 
+/* What sets an architecture apart (model_llama_arch.c holds the table). */
+struct llama_arch {
+    const char *name;
+    unsigned neox : 1;       /* RoPE rotates the halves of a head, not adjacent pairs */
+    unsigned qkv_bias : 1;   /* Q, K, V biases (qwen2) */
+    unsigned qk_norm : 1;    /* per-head RMSNorm of q and k before RoPE (qwen3, gemma3) */
+    unsigned post_norms : 1; /* RMSNorm of each block's output before the residual (gemma) */
+    unsigned gelu : 1;       /* GELU-tanh gated FFN instead of SiLU */
+    unsigned fused : 1;      /* attn_qkv and a gate/up ffn_up (phi3) */
+    unsigned gemma : 1;      /* embedding times sqrt(dim), tied output, sliding window read */
+    unsigned granite : 1;    /* embedding, residual, attention and logit multipliers */
+    /* Sliding-window layers: 0 every layer (when the file gives a window), n > 1 layer l is
+     * local when l % n < n - 1, -1 the window is ignored (as llama.cpp does for this arch) */
+    int swa_pattern;
+    int nope_interval;       /* > 0: layer l has no RoPE when (l + 1) % it == 0 (smollm3) */
+};
+
+/* Looks an architecture up by its general.architecture value; NULL when kiln lacks it. */
+const struct llama_arch *llama_arch_find(const char *name, size_t len);
+/* "llama, qwen2, ..." for messages. */
+const char *llama_arch_names(void);
+
+/* One RoPE: frequencies base^(-2i/n_rot), times freq_scale, divided by factors[i] (Llama 3
+ * rope_freqs, LongRoPE), YaRN-mixed with the unscaled ones by ext_factor over the ramp
+ * corr[0]..corr[1], cos and sin times mscale. */
+struct llama_rope {
+    float base, freq_scale, ext_factor, mscale, corr[2];
+    const float *factors; /* (n_rot / 2) or NULL */
+};
+
+struct llama_config;
+struct llama_layer;
+
+/* The architecture's part of the config (c->a, arch, dims and train_ctx already read): RoPE
+ * and its scaling, attention scale, soft-caps, multipliers, sliding window. Returns 0 or
+ * -errno with a message naming the file, the architecture and the key. */
+int llama_arch_config(struct llama_config *c, const struct gguf *g, char *err, size_t errlen);
+
+/* Each layer's window and RoPE (global, local, none), once the config is read. */
+void llama_arch_layers(struct llama_config *c, struct llama_layer *layers);
+
+/* Fills cs (n_rot floats: cos, sin per pair) for position pos. */
+void llama_rope_table(const struct llama_rope *r, int n_rot, int pos, float *cs);
+
 struct llama_config {
     char arch[16];
+    const struct llama_arch *a;
     int dim, n_layers, n_heads, n_kv_heads, head_dim, q_dim, kv_dim, ffn, n_vocab, n_rot;
     uint32_t train_ctx;
-    float eps, rope_base, rope_freq_scale;
+    float eps;
     int neox, qkv_bias;
+    uint32_t n_swa;           /* sliding window in tokens, 0 none */
+    int n_rope;               /* 1, or 2 when local layers have their own RoPE (gemma3) */
+    struct llama_rope rope[2]; /* [0] global layers, [1] sliding-window layers */
+    float attn_scale;         /* q.k multiplier (1/sqrt(head_dim) unless the arch says) */
+    float softcap_attn, softcap_final; /* 0: none; else x = cap * tanh(x / cap) */
+    float embd_scale, resid_scale, logit_scale; /* logits are divided by logit_scale */
 };
 
 struct llama_layer {
     const float *attn_norm, *ffn_norm; /* (dim) */
+    const float *post_attn_norm, *post_ffn_norm; /* (dim) gemma, else NULL */
+    const float *q_norm, *k_norm;      /* (head_dim) qwen3, gemma3, else NULL */
     const float *bq, *bk, *bv;         /* (q_dim), (kv_dim), (kv_dim); qwen2 only, else NULL */
+    uint32_t window;                   /* keys older than pos - window + 1 unseen; 0 none */
+    int rope;                          /* index into c.rope, -1 no RoPE */
     struct kern_mat wq;                /* (q_dim, dim) */
     struct kern_mat wk, wv;            /* (kv_dim, dim) */
     struct kern_mat wo;                /* (dim, q_dim) */
-    struct kern_mat w_gate, w_up;      /* (ffn, dim) */
+    struct kern_mat w_gate, w_up;      /* (ffn, dim); views of one tensor in phi3 */
     struct kern_mat w_down;            /* (dim, ffn) */
 };
 
@@ -52,7 +107,6 @@ struct llama {
 
     struct kern_mat tok_embd;  /* (n_vocab, dim) */
     const float *output_norm;  /* (dim) */
-    const float *rope_factors; /* (n_rot / 2) Llama 3 RoPE frequency factors, or NULL */
     struct kern_mat output;    /* (n_vocab, dim); token_embd when the file ties them */
     struct llama_layer *layers; /* (n_layers) */
     float *vec_arena;          /* norms and biases stored as F16/BF16, decoded at load */
@@ -72,8 +126,10 @@ struct llama {
     float *q, *ao;       /* (nb, q_dim) queries, attention output */
     float *kk, *vv;      /* (nb, kv_dim) this step's keys and values */
     float *hb, *hb2;     /* (nb, ffn) gate and up */
-    float *cs;           /* (nb, n_rot) RoPE cos/sin of each row's position */
+    float *cs;           /* (n_rope, nb, n_rot) RoPE cos/sin of each row's position */
     float *att;          /* (n_threads, ctx) attention scores */
+    float *qh;           /* (n_threads, head_dim) a query rounded to F16 */
+    uint16_t *h16;       /* (n_threads, max(ctx, head_dim)) F16 staging for that rounding */
     void *act[MAX_MM_JOBS];
     size_t act_row;      /* bytes of one quantized activation row, the widest input */
     int *row_slot, *row_pos, *row_of;
@@ -83,6 +139,7 @@ struct llama {
     struct mm_job jobs[MAX_MM_JOBS];
     int n_jobs, layer;
     int stage_add;            /* per-row stage: add xb into x first */
+    const float *stage_post;  /* and before that, norm xb with these weights (or NULL) */
     const float *stage_norm;  /* its norm weights */
     unsigned stage_need;      /* activation formats it quantizes into */
 };

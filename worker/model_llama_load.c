@@ -28,7 +28,8 @@ static int key_u32(const struct gguf *g, const char *arch, const char *key, bool
     if (rc == -ENOENT && !required)
         return 0;
     if (rc < 0)
-        msg(err, errlen, "%s: %s key %s", g->path, rc == -ENOENT ? "missing" : "bad type of",
+        msg(err, errlen, "%s: %s model: %s key %s", g->path, arch,
+            rc == -ENOENT ? "missing" : "bad type of",
             full);
     return rc;
 }
@@ -62,14 +63,9 @@ static int read_config(struct llama *L, char *err, size_t errlen)
         msg(err, errlen, "%s: no tensors: not a model file (a vocabulary-only GGUF?)", g->path);
         return -EINVAL;
     }
-    if (gguf_str_eq(s, "llama")) {
-        c->neox = 0;
-    } else if (gguf_str_eq(s, "qwen2")) {
-        c->neox = 1;
-        c->qkv_bias = 1;
-    } else {
-        msg(err, errlen, "%s: architecture '%.*s' is not supported (llama, qwen2)", g->path,
-            (int)(s.len < 32 ? s.len : 32), s.ptr);
+    if (!(c->a = llama_arch_find(s.ptr, s.len))) {
+        msg(err, errlen, "%s: architecture '%.*s' is not supported (%s)", g->path,
+            (int)(s.len < 32 ? s.len : 32), s.ptr, llama_arch_names());
         return -EINVAL;
     }
     snprintf(c->arch, sizeof(c->arch), "%.*s", (int)s.len, s.ptr);
@@ -89,20 +85,30 @@ static int read_config(struct llama *L, char *err, size_t errlen)
     c->n_kv_heads = (int)v[5];
     if (!c->dim || c->dim > MAX_DIM || !c->n_layers || c->n_layers > 4096 || !c->ffn ||
         c->ffn > MAX_DIM || !c->n_heads || !c->n_kv_heads || c->n_heads % c->n_kv_heads ||
-        c->dim % c->n_heads || !c->train_ctx) {
+        !c->train_ctx) {
         msg(err, errlen,
             "%s: inconsistent config: dim %d, layers %d, ffn %d, heads %d, kv heads %d, "
             "context %u",
             g->path, c->dim, c->n_layers, c->ffn, c->n_heads, c->n_kv_heads, c->train_ctx);
         return -EINVAL;
     }
-    c->head_dim = c->dim / c->n_heads;
-    uint32_t kl = (uint32_t)c->head_dim, rot;
+    /* attention.key_length/value_length: the head size, where it is not dim / heads */
+    uint32_t kl = (uint32_t)(c->dim / c->n_heads), vl, rot;
     if ((rc = key_u32(g, c->arch, "attention.key_length", false, &kl, err, errlen)) < 0)
         return rc;
-    if (kl == 0 || kl > 4096 || kl % 2) {
-        msg(err, errlen, "%s: bad attention.key_length %u", g->path, kl);
+    vl = kl;
+    if ((rc = key_u32(g, c->arch, "attention.value_length", false, &vl, err, errlen)) < 0)
+        return rc;
+    if (kl == 0 || kl > 4096 || kl % 2 || (kl == (uint32_t)(c->dim / c->n_heads) &&
+                                            c->dim % c->n_heads)) {
+        msg(err, errlen, "%s: %s model: bad head size %u (attention.key_length)", g->path,
+            c->arch, kl);
         return -EINVAL;
+    }
+    if (vl != kl) {
+        msg(err, errlen, "%s: %s model: attention.value_length %u differs from key_length %u",
+            g->path, c->arch, vl, kl);
+        return -ENOTSUP;
     }
     c->head_dim = (int)kl;
     c->q_dim = c->n_heads * c->head_dim;
@@ -117,26 +123,10 @@ static int read_config(struct llama *L, char *err, size_t errlen)
     }
     c->n_rot = (int)rot;
     c->eps = 1e-5f;
-    c->rope_base = 10000.0f;
-    c->rope_freq_scale = 1.0f;
     if ((rc = key_f32(g, c->arch, "attention.layer_norm_rms_epsilon", &c->eps, err, errlen)) <
             0 ||
-        (rc = key_f32(g, c->arch, "rope.freq_base", &c->rope_base, err, errlen)) < 0)
+        (rc = llama_arch_config(c, g, err, errlen)) < 0)
         return rc;
-    char full[128];
-    snprintf(full, sizeof(full), "%s.rope.scaling.type", c->arch);
-    if (gguf_get_str(g, full, &s) == 0 && !gguf_str_eq(s, "none")) {
-        float factor = 1.0f;
-        if (!gguf_str_eq(s, "linear")) {
-            msg(err, errlen, "%s: rope scaling '%.*s' is not supported (linear)", g->path,
-                (int)(s.len < 32 ? s.len : 32), s.ptr);
-            return -EINVAL;
-        }
-        if ((rc = key_f32(g, c->arch, "rope.scaling.factor", &factor, err, errlen)) < 0)
-            return rc;
-        if (factor > 0.0f)
-            c->rope_freq_scale = 1.0f / factor;
-    }
     const struct gguf_kv *tok = gguf_find(g, "tokenizer.ggml.tokens");
     if (!tok || tok->type != GGUF_TYPE_ARRAY || tok->arr_type != GGUF_TYPE_STRING ||
         tok->arr_n == 0 || tok->arr_n > (1u << 24)) {
@@ -152,7 +142,7 @@ static const struct gguf_tensor *find(struct llama *L, const char *name, bool op
 {
     const struct gguf_tensor *t = gguf_find_tensor(L->g, name);
     if (!t && !optional)
-        msg(err, errlen, "%s: missing tensor %s", L->g->path, name);
+        msg(err, errlen, "%s: %s model: missing tensor %s", L->g->path, L->c.arch, name);
     return t;
 }
 
@@ -225,14 +215,96 @@ static int get_vec(struct llama *L, const char *name, int n, bool optional, cons
     return 0;
 }
 
-static int read_weights(struct llama *L, char *err, size_t errlen)
+/* Rows [r0, r0 + rows) of a matrix as a matrix of their own (a fused tensor's parts). */
+static struct kern_mat mat_rows(const struct kern_mat *m, int r0, int rows)
+{
+    struct kern_mat v = *m;
+    v.data = (const char *)m->data + (size_t)r0 * m->row_bytes;
+    v.rows = rows;
+    return v;
+}
+
+static int read_layer(struct llama *L, int l, char *err, size_t errlen)
 {
     const struct llama_config *c = &L->c;
+    const struct llama_arch *a = c->a;
+    struct llama_layer *ly = &L->layers[l];
+    struct kern_mat qkv, gu;
     char name[96];
     int rc;
 
-    L->vec_cap = (size_t)c->n_layers * (2u * c->dim + c->q_dim + 2u * c->kv_dim) + c->dim +
-                 (size_t)c->n_rot;
+#define NAME(s) snprintf(name, sizeof(name), "blk.%d.%s", l, s)
+    if (a->fused) {
+        /* phi3: one Q|K|V matrix, and ffn_up holding the gate's rows then the up's */
+        NAME("attn_qkv.weight");
+        if ((rc = get_mat(L, name, c->q_dim + 2 * c->kv_dim, c->dim, &qkv, err, errlen)) < 0)
+            return rc;
+        ly->wq = mat_rows(&qkv, 0, c->q_dim);
+        ly->wk = mat_rows(&qkv, c->q_dim, c->kv_dim);
+        ly->wv = mat_rows(&qkv, c->q_dim + c->kv_dim, c->kv_dim);
+        NAME("ffn_up.weight");
+        if ((rc = get_mat(L, name, 2 * c->ffn, c->dim, &gu, err, errlen)) < 0)
+            return rc;
+        ly->w_gate = mat_rows(&gu, 0, c->ffn);
+        ly->w_up = mat_rows(&gu, c->ffn, c->ffn);
+    }
+    const struct {
+        const char *n;
+        struct kern_mat *m;
+        int rows, cols, split;
+    } mats[] = {
+        {"attn_q", &ly->wq, c->q_dim, c->dim, 1},     {"attn_k", &ly->wk, c->kv_dim, c->dim, 1},
+        {"attn_v", &ly->wv, c->kv_dim, c->dim, 1},    {"attn_output", &ly->wo, c->dim, c->q_dim, 0},
+        {"ffn_gate", &ly->w_gate, c->ffn, c->dim, 1}, {"ffn_up", &ly->w_up, c->ffn, c->dim, 1},
+        {"ffn_down", &ly->w_down, c->dim, c->ffn, 0},
+    };
+    for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]); i++) {
+        if (!(a->fused && mats[i].split)) {
+            snprintf(name, sizeof(name), "blk.%d.%s.weight", l, mats[i].n);
+            if ((rc = get_mat(L, name, mats[i].rows, mats[i].cols, mats[i].m, err, errlen)) < 0)
+                return rc;
+        }
+        L->weight_bytes += mats[i].m->row_bytes * (uint64_t)mats[i].rows;
+    }
+    const struct {
+        const char *n;
+        const float **v;
+        int len, want;
+    } vecs[] = {
+        {"attn_norm.weight", &ly->attn_norm, c->dim, 1},
+        {"ffn_norm.weight", &ly->ffn_norm, c->dim, 1},
+        {"post_attention_norm.weight", &ly->post_attn_norm, c->dim, a->post_norms},
+        {"post_ffw_norm.weight", &ly->post_ffn_norm, c->dim, a->post_norms},
+        {"attn_q_norm.weight", &ly->q_norm, c->head_dim, a->qk_norm},
+        {"attn_k_norm.weight", &ly->k_norm, c->head_dim, a->qk_norm},
+        /* biases: required in qwen2, used where another architecture's file has them */
+        {"attn_q.bias", &ly->bq, c->q_dim, c->qkv_bias ? 1 : 2},
+        {"attn_k.bias", &ly->bk, c->kv_dim, c->qkv_bias ? 1 : 2},
+        {"attn_v.bias", &ly->bv, c->kv_dim, c->qkv_bias ? 1 : 2},
+    };
+    for (size_t i = 0; i < sizeof(vecs) / sizeof(vecs[0]); i++) {
+        if (vecs[i].want == 0)
+            continue;
+        NAME(vecs[i].n);
+        if ((rc = get_vec(L, name, vecs[i].len, vecs[i].want == 2, vecs[i].v, err, errlen)) < 0)
+            return rc;
+    }
+    if (!ly->bq != !ly->bk || !ly->bq != !ly->bv) {
+        msg(err, errlen, "%s: layer %d has some but not all of the Q, K, V biases", L->g->path, l);
+        return -EINVAL;
+    }
+#undef NAME
+    return 0;
+}
+
+static int read_weights(struct llama *L, char *err, size_t errlen)
+{
+    struct llama_config *c = &L->c;
+    int rc;
+
+    L->vec_cap = (size_t)c->n_layers * (4u * c->dim + c->q_dim + 2u * c->kv_dim +
+                                        2u * c->head_dim) +
+                 c->dim + 2u * (size_t)c->n_rot;
     L->layers = calloc((size_t)c->n_layers, sizeof(*L->layers));
     L->vec_arena = malloc(L->vec_cap * sizeof(float));
     if (!L->layers || !L->vec_arena) {
@@ -241,11 +313,22 @@ static int read_weights(struct llama *L, char *err, size_t errlen)
     }
     if ((rc = get_mat(L, "token_embd.weight", c->n_vocab, c->dim, &L->tok_embd, err, errlen)) <
             0 ||
-        (rc = get_vec(L, "output_norm.weight", c->dim, false, &L->output_norm, err, errlen)) < 0 ||
-        /* Llama 3.1/3.2 files carry their RoPE scaling as per-frequency factors */
-        (rc = get_vec(L, "rope_freqs.weight", c->n_rot / 2, true, &L->rope_factors, err,
-                      errlen)) < 0)
+        (rc = get_vec(L, "output_norm.weight", c->dim, false, &L->output_norm, err, errlen)) < 0)
         return rc;
+    if (c->a->fused) {
+        /* LongRoPE: the long factors past the original context, the short ones within */
+        uint32_t orig = c->train_ctx;
+        char key[96];
+        snprintf(key, sizeof(key), "%s.rope.scaling.original_context_length", c->arch);
+        (void)gguf_get_u32(L->g, key, &orig);
+        const char *fac = L->ctx > orig ? "rope_factors_long.weight" : "rope_factors_short.weight";
+        if ((rc = get_vec(L, fac, c->n_rot / 2, true, &c->rope[0].factors, err, errlen)) < 0)
+            return rc;
+    } else if ((rc = get_vec(L, "rope_freqs.weight", c->n_rot / 2, true, &c->rope[0].factors,
+                             err, errlen)) < 0) {
+        /* Llama 3.1/3.2 files carry their RoPE scaling as per-frequency factors */
+        return rc;
+    }
     if (gguf_find_tensor(L->g, "output.weight")) {
         if ((rc = get_mat(L, "output.weight", c->n_vocab, c->dim, &L->output, err, errlen)) < 0)
             return rc;
@@ -253,48 +336,10 @@ static int read_weights(struct llama *L, char *err, size_t errlen)
         L->output = L->tok_embd; /* tied embeddings */
     }
     L->weight_bytes = L->output.row_bytes * (uint64_t)c->n_vocab + L->tok_embd.row_bytes;
-
-    for (int l = 0; l < c->n_layers; l++) {
-        struct llama_layer *ly = &L->layers[l];
-        const struct {
-            const char *n;
-            struct kern_mat *m;
-            int rows, cols;
-        } mats[] = {
-            {"attn_q", &ly->wq, c->q_dim, c->dim},       {"attn_k", &ly->wk, c->kv_dim, c->dim},
-            {"attn_v", &ly->wv, c->kv_dim, c->dim},      {"attn_output", &ly->wo, c->dim, c->q_dim},
-            {"ffn_gate", &ly->w_gate, c->ffn, c->dim},   {"ffn_up", &ly->w_up, c->ffn, c->dim},
-            {"ffn_down", &ly->w_down, c->dim, c->ffn},
-        };
-        for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]); i++) {
-            snprintf(name, sizeof(name), "blk.%d.%s.weight", l, mats[i].n);
-            if ((rc = get_mat(L, name, mats[i].rows, mats[i].cols, mats[i].m, err, errlen)) < 0)
-                return rc;
-            L->weight_bytes += mats[i].m->row_bytes * (uint64_t)mats[i].rows;
-        }
-        snprintf(name, sizeof(name), "blk.%d.attn_norm.weight", l);
-        if ((rc = get_vec(L, name, c->dim, false, &ly->attn_norm, err, errlen)) < 0)
+    for (int l = 0; l < c->n_layers; l++)
+        if ((rc = read_layer(L, l, err, errlen)) < 0)
             return rc;
-        snprintf(name, sizeof(name), "blk.%d.ffn_norm.weight", l);
-        if ((rc = get_vec(L, name, c->dim, false, &ly->ffn_norm, err, errlen)) < 0)
-            return rc;
-        const struct {
-            const char *n;
-            const float **v;
-            int len;
-        } bias[] = {{"attn_q", &ly->bq, c->q_dim}, {"attn_k", &ly->bk, c->kv_dim},
-                    {"attn_v", &ly->bv, c->kv_dim}};
-        for (int i = 0; i < 3; i++) {
-            snprintf(name, sizeof(name), "blk.%d.%s.bias", l, bias[i].n);
-            if ((rc = get_vec(L, name, bias[i].len, !c->qkv_bias, bias[i].v, err, errlen)) < 0)
-                return rc;
-        }
-        if (!ly->bq != !ly->bk || !ly->bq != !ly->bv) {
-            msg(err, errlen, "%s: layer %d has some but not all of the Q, K, V biases",
-                L->g->path, l);
-            return -EINVAL;
-        }
-    }
+    llama_arch_layers(c, L->layers);
     return 0;
 }
 
@@ -350,8 +395,10 @@ static int alloc_state(struct llama *L, uint32_t max_seq, char *err, size_t errl
     ALLOC(L->vv, nb * c->kv_dim);
     ALLOC(L->hb, nb * c->ffn);
     ALLOC(L->hb2, nb * c->ffn);
-    ALLOC(L->cs, nb * c->n_rot);
+    ALLOC(L->cs, (size_t)c->n_rope * nb * c->n_rot);
     ALLOC(L->att, (size_t)L->n_threads * L->ctx);
+    ALLOC(L->qh, (size_t)L->n_threads * c->head_dim);
+    ALLOC(L->h16, (size_t)L->n_threads * (L->ctx > (uint32_t)c->head_dim ? L->ctx : (uint32_t)c->head_dim));
     ALLOC(L->row_slot, nb);
     ALLOC(L->row_pos, nb);
     ALLOC(L->row_of, nb);
@@ -383,7 +430,10 @@ struct model *model_llama_create(const char *path, const struct model_llama_opts
         log_info("model %s: opening", path);
     if (!(L->g = gguf_open(path, err, errlen)))
         goto fail;
-    if (read_config(L, err, errlen) < 0 || read_weights(L, err, errlen) < 0)
+    if (read_config(L, err, errlen) < 0)
+        goto fail;
+    L->ctx = choose_ctx(L, o, max_seq); /* before the weights: LongRoPE's factors follow it */
+    if (read_weights(L, err, errlen) < 0)
         goto fail;
     if (!(L->k = o->kernels ? o->kernels : kern_ops_select())) {
         msg(err, errlen, "KILN_KERNELS names a kernel set this CPU cannot run");
@@ -391,7 +441,6 @@ struct model *model_llama_create(const char *path, const struct model_llama_opts
     }
     L->n_threads = o->threads > 0 ? o->threads : 1;
     L->nb = max_seq > MODEL_LLAMA_CHUNK ? (int)max_seq : MODEL_LLAMA_CHUNK;
-    L->ctx = choose_ctx(L, o, max_seq);
     if (alloc_state(L, max_seq, err, errlen) < 0)
         goto fail;
     if (!(L->pool = threadpool_create(L->n_threads))) {

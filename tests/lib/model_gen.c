@@ -140,8 +140,9 @@ static int copy_vocab(struct gguf_writer *w, const char *path, int *n_vocab, cha
     return rc;
 }
 
-/* <unk>, <s>, </s>, the 256 byte tokens, then "▁w<i>" pieces. */
-static int synth_vocab(struct gguf_writer *w, int n)
+/* <unk>, <s>, </s>, the 256 byte tokens, then "▁w<i>" pieces; with chat, the last two are
+ * <|end|> and <|endoftext|> (llama.cpp looks phi3's end-of-turn up by that text). */
+static int synth_vocab(struct gguf_writer *w, int n, int chat)
 {
     char **tok = calloc((size_t)n, sizeof(*tok));
     float *score = calloc((size_t)n, sizeof(*score));
@@ -158,6 +159,9 @@ static int synth_vocab(struct gguf_writer *w, int n)
         } else if (i < 259) {
             snprintf(buf, sizeof(buf), "<0x%02X>", i - 3);
             type[i] = 6;
+        } else if (chat && i >= n - 2) {
+            snprintf(buf, sizeof(buf), "%s", i == n - 2 ? "<|end|>" : "<|endoftext|>");
+            type[i] = 3;
         } else {
             snprintf(buf, sizeof(buf), "\xe2\x96\x81w%d", i);
             type[i] = 1;
@@ -187,8 +191,8 @@ out:
     return rc;
 }
 
-/* One tensor of rows x cols (1-D when rows is 0): random with standard deviation std, or
- * the constant fill when std is 0, stored as type. */
+/* One tensor of rows x cols (1-D when rows is 0): fill plus noise of standard deviation std
+ * (none when 0), stored as type. */
 static int add_tensor(struct gguf_writer *w, const struct model_gen_opts *o, const char *name,
                       int rows, int cols, enum ggml_type type, float std, float fill)
 {
@@ -200,6 +204,8 @@ static int add_tensor(struct gguf_writer *w, const struct model_gen_opts *o, con
     size_t rb;
     int rc = -ENOMEM;
 
+    if (o->omit_tensor && strcmp(o->omit_tensor, name) == 0)
+        return 0;
     if (o->quant && type == o->type)
         type = model_gen_quant_type(o, name, cols);
     if (o->defect_tensor && strcmp(o->defect_tensor, name) == 0) {
@@ -222,7 +228,7 @@ static int add_tensor(struct gguf_writer *w, const struct model_gen_opts *o, con
         goto out;
     for (int i = 0; i < nrows; i++) {
         for (int j = 0; j < cols; j++)
-            row[j] = std > 0.0f ? rng_normal(&r) * std : fill;
+            row[j] = fill + (std > 0.0f ? rng_normal(&r) * std : 0.0f);
         if ((rc = quant_quantize_row(type, row, data + rb * (size_t)i, cols)) < 0)
             goto out;
     }
@@ -233,20 +239,51 @@ out:
     return rc;
 }
 
-static int write_meta(struct gguf_writer *w, const struct model_gen_opts *o, const char *arch)
+/* What sets each architecture's file apart. */
+struct gen_arch {
+    const char *name;
+    unsigned bias : 1, qk_norm : 1, post_norms : 1, tied : 1, fused : 1, gemma : 1;
+    float softcap_attn, softcap_final;
+};
+
+static const struct gen_arch gen_archs[] = {
+    {"llama", 0, 0, 0, 0, 0, 0, 0, 0},   {"qwen2", 1, 0, 0, 0, 0, 0, 0, 0},
+    {"qwen3", 0, 1, 0, 0, 0, 0, 0, 0},   {"gemma2", 0, 0, 1, 1, 0, 1, 50.0f, 30.0f},
+    {"gemma3", 0, 1, 1, 1, 0, 1, 0, 0},  {"phi3", 0, 0, 0, 0, 1, 0, 0, 0},
+    {"granite", 0, 0, 0, 0, 0, 0, 0, 0}, {"smollm3", 0, 0, 0, 0, 0, 0, 0, 0},
+};
+
+int model_gen_arch_known(const char *name)
 {
+    for (size_t i = 0; i < sizeof(gen_archs) / sizeof(gen_archs[0]); i++)
+        if (strcmp(gen_archs[i].name, name) == 0)
+            return 1;
+    return 0;
+}
+
+static const struct gen_arch *arch_of(const char *name)
+{
+    for (size_t i = 0; i < sizeof(gen_archs) / sizeof(gen_archs[0]); i++)
+        if (strcmp(gen_archs[i].name, name) == 0)
+            return &gen_archs[i];
+    return NULL;
+}
+
+static int write_meta(struct gguf_writer *w, const struct model_gen_opts *o,
+                      const struct gen_arch *a, int head_dim)
+{
+    const char *arch = o->arch_written ? o->arch_written : a->name;
     char k[128], name[128];
-    int rc = 0, head_dim = o->dim / o->heads;
+    int rc = 0, window = o->window ? o->window : a->gemma ? 4096 : 0;
 
     snprintf(name, sizeof(name), "kiln random %s %dx%d %s", arch, o->dim, o->layers,
              o->quant ? o->quant : quant_type_name(o->type));
     rc = gguf_write_str(w, "general.architecture", arch);
     rc = rc ? rc : gguf_write_str(w, "general.name", name);
-#define U32(key, v)                                                                        \
-    do {                                                                                   \
-        snprintf(k, sizeof(k), "%s.%s", arch, key);                                        \
-        rc = rc ? rc : gguf_write_u32(w, k, (uint32_t)(v));                                \
-    } while (0)
+#define KEY(key) snprintf(k, sizeof(k), "%s.%s", arch, key)
+#define SKIP(key) (o->omit_key && strcmp(o->omit_key, key) == 0)
+#define U32(key, v) (KEY(key), rc = rc || SKIP(key) ? rc : gguf_write_u32(w, k, (uint32_t)(v)))
+#define F32(key, v) (KEY(key), rc = rc || SKIP(key) ? rc : gguf_write_f32(w, k, (float)(v)))
     U32("context_length", o->ctx);
     U32("embedding_length", o->dim);
     U32("block_count", o->layers);
@@ -254,27 +291,71 @@ static int write_meta(struct gguf_writer *w, const struct model_gen_opts *o, con
     U32("attention.head_count", o->heads);
     U32("attention.head_count_kv", o->kv_heads);
     U32("rope.dimension_count", head_dim);
+    if (head_dim != o->dim / o->heads || a->gemma) {
+        U32("attention.key_length", head_dim);
+        U32("attention.value_length", head_dim);
+    }
+    if (window)
+        U32("attention.sliding_window", window);
+    F32("attention.layer_norm_rms_epsilon", a->gemma ? 1e-6f : 1e-5f);
+    F32("rope.freq_base", strcmp(a->name, "gemma3") == 0 ? 1000000.0f : 10000.0f);
+    if (a->softcap_attn > 0.0f) {
+        F32("attn_logit_softcapping", a->softcap_attn);
+        F32("final_logit_softcapping", a->softcap_final);
+    }
+    if (strcmp(a->name, "granite") == 0) {
+        F32("embedding_scale", 12.0f);
+        F32("residual_scale", 0.22f);
+        F32("attention.scale", 0.015625f);
+        F32("logit_scale", 2.0f);
+    }
+    if (o->rope_scaling && strcmp(o->rope_scaling, "yarn") == 0) {
+        KEY("rope.scaling.type");
+        rc = rc ? rc : gguf_write_str(w, k, "yarn");
+        F32("rope.scaling.factor", 4.0f);
+        U32("rope.scaling.original_context_length", o->ctx / 4);
+    } else if (o->rope_scaling && strcmp(o->rope_scaling, "linear") == 0) {
+        KEY("rope.scaling.type");
+        rc = rc ? rc : gguf_write_str(w, k, "linear");
+        F32("rope.scaling.factor", 2.0f);
+    } else if (o->rope_scaling && strcmp(o->rope_scaling, "longrope") == 0) {
+        U32("rope.scaling.original_context_length", o->ctx / 4);
+        F32("rope.scaling.attn_factor", sqrtf(1.0f + logf(4.0f) / logf((float)(o->ctx / 4))));
+    }
+#undef F32
 #undef U32
-    snprintf(k, sizeof(k), "%s.attention.layer_norm_rms_epsilon", arch);
-    rc = rc ? rc : gguf_write_f32(w, k, 1e-5f);
-    snprintf(k, sizeof(k), "%s.rope.freq_base", arch);
-    rc = rc ? rc : gguf_write_f32(w, k, 10000.0f);
+#undef SKIP
+#undef KEY
     return rc;
+}
+
+/* A norm's weights: 1, or on peaked models 1 + N(0, 0.1^2), so that a norm applied wrongly
+ * (or as 1 + w) shows in the logits the oracle compares. */
+static int add_norm(struct gguf_writer *w, const struct model_gen_opts *o, const char *name,
+                    int n)
+{
+    return add_tensor(w, o, name, 0, n, GGML_TYPE_F32, o->peak > 0.0f ? 0.1f : 0.0f, 1.0f);
 }
 
 int model_gen_write(const struct model_gen_opts *o, const char *path, char *err,
                     size_t errlen)
 {
-    const char *arch = o->arch ? o->arch : "llama";
-    int qwen = strcmp(arch, "qwen2") == 0, n_vocab = o->n_vocab;
+    const struct gen_arch *a = arch_of(o->arch ? o->arch : "llama");
+    int n_vocab = o->n_vocab;
     struct gguf_writer *w;
     char name[96];
     int rc;
 
     if (errlen)
         err[0] = '\0';
+    if (!a) {
+        snprintf(err, errlen, "unknown architecture %s", o->arch);
+        return -EINVAL;
+    }
+    int head_dim = o->head_dim ? o->head_dim : o->heads > 0 ? o->dim / o->heads : 0;
     if (o->dim <= 0 || o->heads <= 0 || o->kv_heads <= 0 || o->layers <= 0 || o->ffn <= 0 ||
-        o->ctx <= 0 || o->dim % o->heads || o->heads % o->kv_heads || !quant_type_supported(o->type)) {
+        o->ctx <= 0 || head_dim <= 0 || head_dim % 2 || (!o->head_dim && o->dim % o->heads) ||
+        o->heads % o->kv_heads || !quant_type_supported(o->type)) {
         snprintf(err, errlen, "bad model shape or type");
         return -EINVAL;
     }
@@ -284,57 +365,89 @@ int model_gen_write(const struct model_gen_opts *o, const char *path, char *err,
                  "of 32", o->quant, o->dim, o->ffn);
         return -EINVAL;
     }
-    if (!o->quant && (!quant_row_bytes(o->type, o->dim) || !quant_row_bytes(o->type, o->ffn))) {
-        snprintf(err, errlen, "dim %d and ffn %d must be multiples of the %s block of %d",
-                 o->dim, o->ffn, quant_type_name(o->type), quant_block_elems(o->type));
+    int q_dim = head_dim * o->heads, kv_dim = head_dim * o->kv_heads;
+    if (!o->quant && (!quant_row_bytes(o->type, o->dim) || !quant_row_bytes(o->type, o->ffn) ||
+                      !quant_row_bytes(o->type, q_dim))) {
+        snprintf(err, errlen, "dim %d, ffn %d and q_dim %d must be multiples of the %s block of %d",
+                 o->dim, o->ffn, q_dim, quant_type_name(o->type), quant_block_elems(o->type));
         return -EINVAL;
     }
     if (!(w = gguf_writer_create(3))) {
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
-    int kv_dim = o->dim / o->heads * o->kv_heads;
     float sd = 1.0f / sqrtf((float)o->dim), sf = 1.0f / sqrtf((float)o->ffn);
-    if ((rc = write_meta(w, o, arch)) < 0)
+    float sq = 1.0f / sqrtf((float)q_dim);
+    int tied = o->tied || a->tied;
+    /* logits ~ N(0, peak^2) from a normed row: output rows of standard deviation
+     * peak / sqrt(dim); a tied embedding is that matrix (gemma scales its rows back up) */
+    float s_out = (o->peak > 0.0f ? o->peak : 1.0f) * sd;
+    if ((rc = write_meta(w, o, a, head_dim)) < 0)
         goto fail;
     if (o->vocab_path)
         rc = copy_vocab(w, o->vocab_path, &n_vocab, err, errlen);
     else
-        rc = synth_vocab(w, n_vocab > 259 ? n_vocab : (n_vocab = 512));
+        rc = synth_vocab(w, n_vocab > 261 ? n_vocab : (n_vocab = 512), a->fused);
     if (rc < 0)
         goto fail;
-    if ((rc = add_tensor(w, o, "token_embd.weight", n_vocab, o->dim, o->type, 1.0f, 0)) < 0 ||
-        (rc = add_tensor(w, o, "output_norm.weight", 0, o->dim, GGML_TYPE_F32, 0, 1.0f)) < 0)
+    if ((rc = add_tensor(w, o, "token_embd.weight", n_vocab, o->dim, o->type,
+                         tied && (o->peak > 0.0f || a->gemma) ? s_out : 1.0f, 0)) < 0 ||
+        (rc = add_norm(w, o, "output_norm.weight", o->dim)) < 0)
         goto fail;
-    if (!o->tied &&
-        (rc = add_tensor(w, o, "output.weight", n_vocab, o->dim, o->type, sd, 0)) < 0)
+    if (!tied && (rc = add_tensor(w, o, "output.weight", n_vocab, o->dim, o->type, s_out, 0)) < 0)
         goto fail;
+    if (a->fused && o->rope_scaling && strcmp(o->rope_scaling, "longrope") == 0) {
+        /* per-frequency divisors: 1 at high frequencies up to about 4 at the lowest */
+        if ((rc = add_tensor(w, o, "rope_factors_short.weight", 0, head_dim / 2, GGML_TYPE_F32,
+                             0.05f, 1.0f)) < 0 ||
+            (rc = add_tensor(w, o, "rope_factors_long.weight", 0, head_dim / 2, GGML_TYPE_F32,
+                             0.5f, 3.0f)) < 0)
+            goto fail;
+    }
     for (int l = 0; l < o->layers; l++) {
-        const struct {
+        struct {
             const char *n;
             int rows, cols;
             float std;
-        } t[] = {
-            {"attn_q.weight", o->dim, o->dim, sd},     {"attn_k.weight", kv_dim, o->dim, sd},
-            {"attn_v.weight", kv_dim, o->dim, sd},     {"attn_output.weight", o->dim, o->dim, sd},
-            {"ffn_gate.weight", o->ffn, o->dim, sd},   {"ffn_up.weight", o->ffn, o->dim, sd},
-            {"ffn_down.weight", o->dim, o->ffn, sf},
-        };
-        for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        } t[8];
+        int nt = 0;
+#define T(n_, r_, c_, s_) (t[nt].n = n_, t[nt].rows = r_, t[nt].cols = c_, t[nt++].std = s_)
+        if (a->fused) {
+            T("attn_qkv.weight", q_dim + 2 * kv_dim, o->dim, sd);
+        } else {
+            T("attn_q.weight", q_dim, o->dim, sd);
+            T("attn_k.weight", kv_dim, o->dim, sd);
+            T("attn_v.weight", kv_dim, o->dim, sd);
+        }
+        T("attn_output.weight", o->dim, q_dim, sq);
+        if (a->fused) {
+            T("ffn_up.weight", 2 * o->ffn, o->dim, sd);
+        } else {
+            T("ffn_gate.weight", o->ffn, o->dim, sd);
+            T("ffn_up.weight", o->ffn, o->dim, sd);
+        }
+        T("ffn_down.weight", o->dim, o->ffn, sf);
+#undef T
+        for (int i = 0; i < nt; i++) {
             snprintf(name, sizeof(name), "blk.%d.%s", l, t[i].n);
             if ((rc = add_tensor(w, o, name, t[i].rows, t[i].cols, o->type, t[i].std, 0)) < 0)
                 goto fail;
         }
-        snprintf(name, sizeof(name), "blk.%d.attn_norm.weight", l);
-        if ((rc = add_tensor(w, o, name, 0, o->dim, GGML_TYPE_F32, 0, 1.0f)) < 0)
-            goto fail;
-        snprintf(name, sizeof(name), "blk.%d.ffn_norm.weight", l);
-        if ((rc = add_tensor(w, o, name, 0, o->dim, GGML_TYPE_F32, 0, 1.0f)) < 0)
-            goto fail;
-        for (int b = 0; qwen && b < 3; b++) {
+        static const char *const norms[] = {"attn_norm", "ffn_norm", "post_attention_norm",
+                                            "post_ffw_norm"};
+        for (int i = 0; i < (a->post_norms ? 4 : 2); i++) {
+            snprintf(name, sizeof(name), "blk.%d.%s.weight", l, norms[i]);
+            if ((rc = add_norm(w, o, name, o->dim)) < 0)
+                goto fail;
+        }
+        for (int i = 0; a->qk_norm && i < 2; i++) {
+            snprintf(name, sizeof(name), "blk.%d.attn_%c_norm.weight", l, "qk"[i]);
+            if ((rc = add_norm(w, o, name, head_dim)) < 0)
+                goto fail;
+        }
+        for (int b = 0; a->bias && b < 3; b++) {
             snprintf(name, sizeof(name), "blk.%d.attn_%c.bias", l, "qkv"[b]);
-            if ((rc = add_tensor(w, o, name, 0, b ? kv_dim : o->dim, GGML_TYPE_F32, 0.1f, 0)) <
-                0)
+            if ((rc = add_tensor(w, o, name, 0, b ? kv_dim : q_dim, GGML_TYPE_F32, 0.1f, 0)) < 0)
                 goto fail;
         }
         if (o->verbose)

@@ -11,8 +11,22 @@
 #include "gguf.h"
 
 struct model_gen_opts {
-    const char *arch;   /* "llama" (default) or "qwen2" (Q/K/V biases) */
+    /* "llama" (default), "qwen2" (Q/K/V biases), "qwen3" (per-head Q/K norms), "gemma2",
+     * "gemma3" (post-norms, tied output, sliding-window layers), "phi3" (fused QKV and
+     * gate/up), "granite" (the four multipliers), "smollm3" (every 4th layer without RoPE):
+     * each with the keys and tensors llama.cpp reads for that architecture. */
+    const char *arch;
     int dim, layers, heads, kv_heads, ffn, ctx;
+    int head_dim; /* attention.key_length/value_length; 0: dim / heads */
+    int window;   /* attention.sliding_window; 0: none (gemma: 4096) */
+    /* RoPE scaling written into the file: NULL none, "yarn" (factor 4 over ctx / 4),
+     * "longrope" (phi3: short and long factor tensors, original context ctx / 4), "linear"
+     * (factor 2). */
+    const char *rope_scaling;
+    /* Greater than 0: the logits' standard deviation is about peak (the output matrix, or
+     * the tied embedding, scaled to it), so a greedy path is the same in two correct
+     * implementations; 0: about 1. */
+    float peak;
     enum ggml_type type; /* of the matrices; norms and biases are F32 */
     /* A llama.cpp quantization preset ("Q4_K_M", "Q3_K_S", "IQ4_XS", "Q5_0", ...): the
      * matrices get the types llama-quantize gives them, type is ignored. NULL: type. */
@@ -28,6 +42,9 @@ struct model_gen_opts {
     const char *defect_tensor;
     enum ggml_type defect_type;
     int defect_type_set, defect_rows;
+    /* For refusal tests: the tensor or the key (without the "{arch}." prefix) left out, and
+     * an architecture name written in place of arch's (arch still shapes the file). */
+    const char *omit_tensor, *omit_key, *arch_written;
     int verbose; /* a progress line per layer on stderr */
 };
 
@@ -36,6 +53,9 @@ struct model_gen_opts {
  * "qwen2.5-0.5b" (896, 24, 14/2, 4864, 4096; use with arch "qwen2").
  * Returns 0 or -ENOENT. Leaves type, seed and vocabulary alone. */
 int model_gen_preset(struct model_gen_opts *o, const char *name);
+
+/* 1 when kiln-mkmodel can write architecture name. */
+int model_gen_arch_known(const char *name);
 
 /* Write the model to path. Returns 0 or -errno with a message in err. */
 int model_gen_write(const struct model_gen_opts *o, const char *path, char *err,
