@@ -47,7 +47,7 @@ $(B)/obj/worker/kernels_avx512.o: override CFLAGS += -mavx512f -mavx512bw -mavx5
 $(B)/obj/worker/kernels_avx512_ext.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl \
                                    -mavx512vnni -mavx2 -mfma -mf16c
 
-.PHONY: all bins tests benches test test-unit test-asan test-tsan test-openai bench run deps deps-test fuzz clean
+.PHONY: all bins tests benches test test-unit test-asan test-tsan test-openai test-oracle oracle bench run deps deps-test fuzz clean
 all: bins
 bins: $(BINS)
 tests: $(TESTS)
@@ -88,6 +88,7 @@ test: deps-test
 	$(MAKE) test-asan
 	$(MAKE) test-tsan
 	$(MAKE) test-openai
+	$(MAKE) test-oracle
 	@echo "make test: all suites passed"
 
 test-unit: bins tests
@@ -103,6 +104,31 @@ test-openai: bins
 	  echo "test-openai: skipped (node and npm are not installed)"; exit 0; fi; \
 	cd tests/openai && (npm ci --no-audit --no-fund >/dev/null 2>&1 || \
 	  npm install --no-audit --no-fund) && $(TEST_ENV) node --test
+
+# The oracle (tests/reference): llama.cpp through node-llama-cpp, pinned in package-lock.json.
+# `make oracle` regenerates the committed fixtures from every model of
+# tests/lib/oracle_models.c and checks kiln against them (and that llama.cpp still tells the
+# stories260K Lily story); `make test-oracle` does the same comparison live into a scratch
+# folder, leaving the fixtures alone (skipped without node and npm). test_oracle itself, in
+# test-unit, needs neither: it reads the committed fixtures.
+ORACLE_DIR = $(B)/oracle
+oracle-setup = cd tests/reference && (npm ci --no-audit --no-fund >/dev/null 2>&1 || \
+	  npm install --no-audit --no-fund) && cd ../.. && rm -rf $(ORACLE_DIR) && \
+	  mkdir -p $(ORACLE_DIR)/models && $(B)/kiln-mkmodel --oracle $(ORACLE_DIR)/models
+oracle: bins tests
+	@$(oracle-setup)
+	node tests/reference/oracle.mjs $(ORACLE_DIR)/models tests/reference/fixtures
+	node tests/reference/oracle.mjs --story ../shared/models/stories260K.gguf
+	KILN_ORACLE_VERBOSE=1 $(TEST_ENV) $(B)/tests/test_oracle
+	rm -rf $(ORACLE_DIR)
+
+test-oracle: bins tests
+	@if ! command -v node >/dev/null || ! command -v npm >/dev/null; then \
+	  echo "test-oracle: skipped (node and npm are not installed)"; exit 0; fi; \
+	$(oracle-setup) && \
+	node tests/reference/oracle.mjs $(ORACLE_DIR)/models $(ORACLE_DIR)/fixtures && \
+	KILN_ORACLE_FIXTURES=$(ORACLE_DIR)/fixtures $(TEST_ENV) $(B)/tests/test_oracle && \
+	rm -rf $(ORACLE_DIR)
 
 TSAN_TESTS = $(wildcard tests/test_shm_ring_threads.c)
 test-tsan:
