@@ -40,9 +40,38 @@ static void log_write_all(const char *buf, size_t len)
     }
 }
 
+/* A line that repeats (the same format, as from a loop that keeps failing) is written at
+ * most LOG_REPEAT_BURST times a second; how many were left out is said with the next one
+ * written. Per thread, so no lock: the state is the last format and its window. */
+#define LOG_REPEAT_BURST 3
+static _Thread_local const char *log_last_fmt;
+static _Thread_local time_t log_last_sec;
+static _Thread_local unsigned log_in_window, log_dropped;
+
+/* Whether this line is written (and, when lines were left out, a note first). */
+static int log_admit(const char *fmt, const struct timespec *ts, char *note, size_t cap)
+{
+    note[0] = '\0';
+    if (fmt == log_last_fmt && ts->tv_sec == log_last_sec) {
+        if (++log_in_window > LOG_REPEAT_BURST) {
+            log_dropped++;
+            return 0;
+        }
+        return 1;
+    }
+    if (log_dropped)
+        snprintf(note, cap, " (and %u more like the last line)", log_dropped);
+    log_dropped = 0;
+    log_in_window = 1;
+    log_last_sec = ts->tv_sec;
+    if (fmt != log_last_fmt)
+        log_last_fmt = fmt;
+    return 1;
+}
+
 void log_write(enum log_level level, const char *fmt, ...)
 {
-    char line[1024];
+    char line[1024], note[64];
     struct timespec ts;
     struct tm tm;
     size_t off;
@@ -52,6 +81,10 @@ void log_write(enum log_level level, const char *fmt, ...)
     if (level < log_min || level > LOG_LEVEL_ERROR)
         return;
     clock_gettime(CLOCK_REALTIME, &ts);
+    if (!log_admit(fmt, &ts, note, sizeof(note))) {
+        errno = saved_errno;
+        return;
+    }
     gmtime_r(&ts.tv_sec, &tm);
     off = strftime(line, sizeof(line), "%Y-%m-%dT%H:%M:%S", &tm);
     n = snprintf(line + off, sizeof(line) - off, ".%03ldZ kiln[%ld] %s: %s ",
@@ -70,6 +103,9 @@ void log_write(enum log_level level, const char *fmt, ...)
     /* A truncated message still ends its line. Strip a trailing newline the caller added. */
     while (off > 0 && line[off - 1] == '\n')
         off--;
+    n = snprintf(line + off, sizeof(line) - off - 1, "%s", note);
+    if (n > 0)
+        off += (size_t)n < sizeof(line) - off - 1 ? (size_t)n : sizeof(line) - off - 2;
     line[off++] = '\n';
     log_write_all(line, off);
     errno = saved_errno;

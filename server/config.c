@@ -29,7 +29,8 @@ static const struct opt opts[] = {
      "where hf: models are downloaded and cached (~/.cache/kiln/models without XDG)"},
     {"host", OPT_STR, F(host), 0, 0, "127.0.0.1", "address to listen on"},
     {"port", OPT_U32, F(port), 0, 65535, "8080", "TCP port (0: any free port)"},
-    {"workers", OPT_U32, F(workers), 1, 256, "1", "worker processes"},
+    {"workers", OPT_U32, F(workers), 1, CONFIG_MAX_WORKERS, "1",
+     "worker processes (at most 64: dispatch keeps one bit per worker)"},
     {"max-sequences", OPT_U32, F(max_sequences), 1, 4096, "8",
      "sequences each worker runs at once (its slots)"},
     {"max-waiting", OPT_U32, F(max_waiting), 0, 1000000, "256",
@@ -86,6 +87,15 @@ static const struct opt opts[] = {
      "the client reads"},
     {"client-timeout-ms", OPT_U32, F(client_timeout_ms), 1, UINT32_MAX, "30000",
      "a paused stream whose client reads nothing this long is dropped and its jobs cancelled"},
+    {"max-connections", OPT_U32, F(max_connections), 0, 1000000, "0",
+     "client connections open at once; at the limit new ones wait in the kernel's backlog "
+     "(0: the fd limit less 8 per worker and 32 for the front)"},
+    {"header-timeout-ms", OPT_U32, F(header_timeout_ms), 1, UINT32_MAX, "10000",
+     "the request line and headers must come within this (408 and close)"},
+    {"body-timeout-ms", OPT_U32, F(body_timeout_ms), 1, UINT32_MAX, "30000",
+     "the body must come within this once the headers did (408 and close)"},
+    {"keepalive-timeout-ms", OPT_U32, F(keepalive_timeout_ms), 1, UINT32_MAX, "5000",
+     "an idle keep-alive connection is closed after this"},
     {"help", OPT_BOOL, F(help), 0, 0, "", "print this help and exit"},
 };
 

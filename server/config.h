@@ -11,6 +11,9 @@
 
 #include "log.h"
 
+/* The most --workers: a dispatch pass marks the workers it skips in a 64-bit mask. */
+#define CONFIG_MAX_WORKERS 64
+
 /* A flag that may be given several times (--api-key). */
 #define CONFIG_MAX_REPEAT 64
 struct config_strs {

@@ -12,16 +12,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/listener.h>
 
 #include "api.h"
 #include "config.h"
+#include "hist.h"
 #include "http_guard.h"
 #include "log.h"
+#include "metrics.h"
 
 /* After the refusal is written, how long the client may keep sending before the connection
  * is closed: reading (and dropping) meanwhile keeps a close with unread input from turning
@@ -35,6 +39,19 @@ enum filter_phase {
     FILTER_LINGER,       /* write side shut: dropping input until close or the linger ends */
 };
 
+/* Which deadline the connection's timer runs. */
+enum filter_deadline {
+    DEADLINE_NONE,      /* evhttp is answering a request */
+    DEADLINE_HEADER,    /* a request's line and headers (from its first byte, or the accept) */
+    DEADLINE_BODY,      /* its body, once the headers came */
+    DEADLINE_KEEPALIVE, /* the answer went out: idle until the next request */
+};
+
+/* Accepting again after an accept() error (EMFILE and the like), in ms. */
+#define HTTP_FILTER_ACCEPT_BACKOFF_MS 100
+/* The loop-lag probe's period, in ms. */
+#define HTTP_FILTER_PROBE_MS 10
+
 /* One per connection; owned by the filter bufferevent (freed by its free_context). Touched only
  * from the event loop's thread. */
 struct http_filter {
@@ -46,7 +63,11 @@ struct http_filter {
     struct evbuffer_cb_entry *drain_cb; /* on under's output: tells when the refusal is sent */
     struct evbuffer_cb_entry *out_cb;   /* on the filter's output: evhttp wrote an answer */
     size_t pending;            /* bytes at the front of under's input fed to the guard, not passed */
+    struct event *ev_deadline; /* the current deadline */
+    struct http_conns *conns;
+    enum filter_deadline deadline;
     enum filter_phase phase;
+    uint64_t requests_seen;    /* guard.requests when the deadline was last set */
     bool idle_seen;            /* REFUSE_WAIT: evhttp looked idle at the previous look */
     bool write_failed;         /* the socket refused evhttp's output: end the connection */
     bool flushing;             /* on_writable is flushing: filter_out may write */
@@ -75,6 +96,11 @@ static int write_refusal(struct http_filter *f)
         snprintf(msg, sizeof(msg),
                  "the request headers are larger than the server accepts (at most %llu bytes)",
                  (unsigned long long)g->max_header);
+        break;
+    case HTTP_GUARD_TIMEOUT:
+        reason = "Request Timeout";
+        code = "request_timeout";
+        snprintf(msg, sizeof(msg), "the %s did not arrive in time", g->why ? g->why : "request");
         break;
     case HTTP_GUARD_MALFORMED:
     default:
@@ -172,6 +198,89 @@ static void on_under_output(struct evbuffer *buf, const struct evbuffer_cb_info 
         event_active(f->ev, EV_TIMEOUT, 0);
 }
 
+static void deadline_set(struct http_filter *f, enum filter_deadline d)
+{
+    const struct kiln_config *cfg = f->conns->cfg;
+    uint32_t ms = 0;
+    if (f->deadline == d)
+        return; /* a running deadline is not pushed back by more bytes */
+    f->deadline = d;
+    (void)event_del(f->ev_deadline);
+    switch (d) {
+    case DEADLINE_HEADER:
+        ms = cfg->header_timeout_ms;
+        break;
+    case DEADLINE_BODY:
+        ms = cfg->body_timeout_ms;
+        break;
+    case DEADLINE_KEEPALIVE:
+        ms = cfg->keepalive_timeout_ms;
+        break;
+    case DEADLINE_NONE:
+    default:
+        return;
+    }
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    (void)event_add(f->ev_deadline, &tv);
+}
+
+/* Whether evhttp waits for a request (it stops reading while it answers one). */
+static bool evhttp_reading(const struct http_filter *f)
+{
+    return (bufferevent_get_enabled(f->bev) & EV_READ) != 0;
+}
+
+/* After bytes came: a request being read runs the header deadline, then the body's; once
+ * whole it is evhttp's to answer (no deadline until the answer went out). */
+static void deadline_after_input(struct http_filter *f)
+{
+    if (f->guard.requests != f->requests_seen) {
+        f->requests_seen = f->guard.requests;
+        deadline_set(f, DEADLINE_NONE);
+    }
+    if (f->deadline == DEADLINE_NONE && !evhttp_reading(f))
+        return; /* a pipelined request waits for the answer before it */
+    if (http_guard_in_body(&f->guard))
+        deadline_set(f, DEADLINE_BODY);
+    else if (http_guard_in_request(&f->guard))
+        deadline_set(f, DEADLINE_HEADER);
+}
+
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_filter *f = arg;
+    struct metrics *m = f->conns->metrics;
+    enum filter_deadline d = f->deadline;
+    (void)fd;
+    (void)what;
+    f->deadline = DEADLINE_NONE;
+    if (f->phase != FILTER_PASS)
+        return;
+    if (d == DEADLINE_KEEPALIVE) {
+        if (http_guard_in_request(&f->guard))
+            return deadline_set(f, DEADLINE_HEADER);
+        if (!evhttp_reading(f) || evbuffer_get_length(bufferevent_get_output(f->bev)) > 0)
+            return; /* still answering (a stream between two tokens): the next write re-arms */
+        metrics_count_dropped(m, METRICS_DROP_KEEPALIVE_TIMEOUT);
+        return finish(f); /* f is gone */
+    }
+    if (d == DEADLINE_HEADER && !http_guard_in_request(&f->guard)) {
+        /* connected and sent nothing: no request to answer */
+        metrics_count_dropped(m, METRICS_DROP_HEADER_TIMEOUT);
+        return finish(f);
+    }
+    metrics_count_dropped(m, d == DEADLINE_BODY ? METRICS_DROP_BODY_TIMEOUT
+                                                : METRICS_DROP_HEADER_TIMEOUT);
+    log_info("http: a request's %s did not arrive within %u ms; 408",
+             d == DEADLINE_BODY ? "body" : "headers",
+             d == DEADLINE_BODY ? f->conns->cfg->body_timeout_ms
+                                : f->conns->cfg->header_timeout_ms);
+    http_guard_timeout(&f->guard, d == DEADLINE_BODY ? "request body" : "request headers");
+    f->pending = 0;
+    f->phase = FILTER_REFUSE_WAIT;
+    event_active(f->ev, EV_TIMEOUT, 0);
+}
+
 /* Feed the guard what it has not seen of src. */
 static void feed(struct http_filter *f, struct evbuffer *src)
 {
@@ -216,7 +325,9 @@ static enum bufferevent_filter_result filter_in(struct evbuffer *src, struct evb
     if (pass > 0 && evbuffer_remove_buffer(src, dst, pass) != (int)pass)
         return BEV_ERROR;
     f->pending -= pass;
+    deadline_after_input(f);
     if (f->guard.verdict != HTTP_GUARD_OK) {
+        deadline_set(f, DEADLINE_NONE);
         log_info("http: refusing a request with %d (%s)", http_guard_status(f->guard.verdict),
                  f->guard.why);
         evbuffer_drain(src, evbuffer_get_length(src));
@@ -282,6 +393,8 @@ static enum bufferevent_filter_result filter_out(struct evbuffer *src, struct ev
         event_active(f->ev, EV_TIMEOUT, 0);
         return BEV_ERROR;
     }
+    if (f->phase == FILTER_PASS && f->deadline == DEADLINE_NONE)
+        deadline_set(f, DEADLINE_KEEPALIVE); /* an answer (or part of one) went out */
     return BEV_OK;
 }
 
@@ -296,6 +409,88 @@ static void on_out_added(struct evbuffer *buf, const struct evbuffer_cb_info *in
         event_active(f->wev, EV_WRITE, 0);
 }
 
+/* ---- the connection count and the listener ---- */
+
+static void listener_update(struct http_conns *c)
+{
+    bool want_off = c->at_limit || c->backing_off;
+    if (!c->listener)
+        return;
+    if (want_off)
+        (void)evconnlistener_disable(c->listener);
+    else
+        (void)evconnlistener_enable(c->listener);
+}
+
+/* The loop-lag probe: a timer due every HTTP_FILTER_PROBE_MS; how late it runs is how long
+ * the loop was held by something else (one long callback, or many). It runs only while
+ * connections are open, so an idle kiln does not wake for it. */
+static void probe_arm(struct http_conns *c)
+{
+    struct timeval tv = {0, HTTP_FILTER_PROBE_MS * 1000};
+    c->probe_due_us = hist_now_us() + HTTP_FILTER_PROBE_MS * 1000;
+    (void)evtimer_add(c->ev_probe, &tv);
+}
+
+static void on_probe(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_conns *c = arg;
+    uint64_t now = hist_now_us();
+    (void)fd;
+    (void)what;
+    metrics_observe_loop_lag(c->metrics, now > c->probe_due_us ? now - c->probe_due_us : 0);
+    if (c->open > 0)
+        probe_arm(c);
+}
+
+static void conns_opened(struct http_conns *c)
+{
+    if (c->open == 0 && !evtimer_pending(c->ev_probe, NULL))
+        probe_arm(c);
+    c->open++;
+    c->metrics->connections = c->open;
+    if (c->open >= c->max && !c->at_limit) {
+        c->at_limit = true;
+        c->metrics->listener_paused++;
+        log_warn("http: %u connections open (--max-connections): not accepting until one "
+                 "closes", c->open);
+        listener_update(c);
+    }
+}
+
+static void conns_closed(struct http_conns *c)
+{
+    c->open--;
+    c->metrics->connections = c->open;
+    if (c->at_limit && c->open < c->max) {
+        c->at_limit = false;
+        listener_update(c);
+    }
+}
+
+static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_conns *c = arg;
+    (void)fd;
+    (void)what;
+    c->backing_off = false;
+    listener_update(c);
+}
+
+void http_filter_accept_error(struct evconnlistener *l, void *arg)
+{
+    struct http_conns *c = arg;
+    int err = EVUTIL_SOCKET_ERROR();
+    struct timeval tv = {0, HTTP_FILTER_ACCEPT_BACKOFF_MS * 1000};
+    (void)l;
+    log_warn("http: accept() failed with %d connections open: %s; pausing the listener for "
+             "%d ms",
+             c->open, strerror(err), HTTP_FILTER_ACCEPT_BACKOFF_MS);
+    c->backing_off = true;
+    listener_update(c);
+    (void)event_add(c->ev_resume, &tv);
+}
+
 static void filter_free(void *ctx)
 {
     struct http_filter *f = ctx;
@@ -305,6 +500,8 @@ static void filter_free(void *ctx)
         evbuffer_remove_cb_entry(bufferevent_get_output(f->under), f->drain_cb);
     event_free(f->ev);
     event_free(f->wev);
+    event_free(f->ev_deadline);
+    conns_closed(f->conns);
     free(f);
 }
 
@@ -312,11 +509,13 @@ static void filter_free(void *ctx)
  * evhttp to make a plain one (only libevent's backstop limits then apply). */
 static struct bufferevent *new_connection(struct event_base *base, void *arg)
 {
-    const struct kiln_config *cfg = arg;
+    struct http_conns *c = arg;
+    const struct kiln_config *cfg = c->cfg;
     struct http_filter *f = calloc(1, sizeof(*f));
 
     if (!f)
         goto fail;
+    f->conns = c;
     http_guard_init(&f->guard, cfg->max_body_bytes, cfg->max_header_bytes);
     if (!(f->under = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE)))
         goto fail;
@@ -325,18 +524,22 @@ static struct bufferevent *new_connection(struct event_base *base, void *arg)
     /* the fd is known only once evhttp sets it: wev is bound to it on first use */
     if (!(f->wev = event_new(base, -1, EV_WRITE, on_writable, f)))
         goto fail;
+    if (!(f->ev_deadline = evtimer_new(base, on_deadline, f)))
+        goto fail;
     if (!(f->drain_cb = evbuffer_add_cb(bufferevent_get_output(f->under), on_under_output, f)))
         goto fail;
     f->bev = bufferevent_filter_new(f->under, filter_in, filter_out, BEV_OPT_CLOSE_ON_FREE,
                                     filter_free, f);
     if (!f->bev)
         goto fail;
-    /* from here the filter owns f and the socket bufferevent */
+    /* from here the filter owns f and the socket bufferevent (and counts as open) */
+    conns_opened(c);
     if (!(f->out_cb = evbuffer_add_cb(bufferevent_get_output(f->bev), on_out_added, f))) {
         bufferevent_free(f->bev);
         log_error("http: no memory for a guarded connection");
         return NULL;
     }
+    deadline_set(f, DEADLINE_HEADER); /* from the accept to the first request's headers */
     return f->bev;
 fail:
     log_error("http: no memory for a guarded connection; it runs unguarded");
@@ -347,13 +550,21 @@ fail:
             event_free(f->ev);
         if (f->wev)
             event_free(f->wev);
+        if (f->ev_deadline)
+            event_free(f->ev_deadline);
         free(f);
     }
     return NULL;
 }
 
-void http_filter_install(struct evhttp *http, const struct kiln_config *cfg)
+void http_filter_install(struct evhttp *http, struct http_conns *c)
 {
-    /* evhttp takes a non-const argument; new_connection only reads it */
-    evhttp_set_bevcb(http, new_connection, (void *)cfg);
+    evhttp_set_bevcb(http, new_connection, c);
+}
+
+int http_conns_init(struct http_conns *c, struct event_base *base)
+{
+    c->ev_resume = evtimer_new(base, on_accept_resume, c);
+    c->ev_probe = evtimer_new(base, on_probe, c);
+    return c->ev_resume && c->ev_probe ? 0 : -ENOMEM;
 }

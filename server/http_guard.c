@@ -34,6 +34,8 @@ int http_guard_status(enum http_guard_verdict v)
         return 431;
     case HTTP_GUARD_MALFORMED:
         return 400;
+    case HTTP_GUARD_TIMEOUT:
+        return 408;
     case HTTP_GUARD_OK:
     default:
         return 0;
@@ -46,6 +48,24 @@ static void stop(struct http_guard *g, enum http_guard_verdict v, const char *wh
     g->state = HTTP_GUARD_ST_STOPPED;
     g->verdict = v;
     g->why = why;
+}
+
+void http_guard_timeout(struct http_guard *g, const char *why)
+{
+    if (g->state != HTTP_GUARD_ST_STOPPED)
+        stop(g, HTTP_GUARD_TIMEOUT, why);
+}
+
+bool http_guard_in_request(const struct http_guard *g)
+{
+    return g->state != HTTP_GUARD_ST_STOPPED &&
+           (g->state != HTTP_GUARD_ST_HEAD || g->head_len > 0);
+}
+
+bool http_guard_in_body(const struct http_guard *g)
+{
+    return g->state == HTTP_GUARD_ST_BODY || g->state == HTTP_GUARD_ST_CHUNK_LINE ||
+           g->state == HTTP_GUARD_ST_CHUNK_DATA || g->state == HTTP_GUARD_ST_TRAILER;
 }
 
 static void request_begin(struct http_guard *g)

@@ -20,6 +20,7 @@ enum http_guard_verdict {
     HTTP_GUARD_BODY_TOO_LARGE,   /* 413: Content-Length or the chunked total over max_body */
     HTTP_GUARD_HEADERS_TOO_LARGE, /* 431: the header block (or trailers) over max_header */
     HTTP_GUARD_MALFORMED,        /* 400: framing the guard cannot follow the way libevent would */
+    HTTP_GUARD_TIMEOUT,          /* 408: the request did not come in time (http_guard_timeout) */
 };
 
 enum http_guard_state {
@@ -70,7 +71,17 @@ size_t http_guard_feed(struct http_guard *g, const char *p, size_t n);
  * bytes of that block consumed before it (the caller drops them). At most g->max_header. */
 uint64_t http_guard_held(const struct http_guard *g);
 
-/* The status of a verdict (413, 431, 400), 0 for HTTP_GUARD_OK. */
+/* The connection's deadline passed: stop with HTTP_GUARD_TIMEOUT (why names the part that
+ * was late). Nothing more is consumed. */
+void http_guard_timeout(struct http_guard *g, const char *why);
+
+/* Whether some byte of a request not yet whole has been consumed. */
+bool http_guard_in_request(const struct http_guard *g);
+
+/* Whether the current request's header block is whole and its body is being read. */
+bool http_guard_in_body(const struct http_guard *g);
+
+/* The status of a verdict (413, 431, 400, 408), 0 for HTTP_GUARD_OK. */
 int http_guard_status(enum http_guard_verdict v);
 
 #endif

@@ -39,6 +39,7 @@ struct shutdown {
     bool hard;              /* a second signal: workers killed, loop left at once */
     struct event *ev_tick;  /* draining: are the requests over? */
     struct timespec deadline;
+    struct http_conns *conns;
 };
 
 static void on_job_record(void *ctx, struct worker *w, void *owner, const struct proto_msg *m)
@@ -111,25 +112,6 @@ static void on_drain_tick(evutil_socket_t fd, short what, void *arg)
         begin_stop(sd);
 }
 
-static void collect_listener(struct evhttp_bound_socket *bs, void *arg)
-{
-    struct evhttp_bound_socket **v = arg;
-    for (int i = 0; i < 7; i++)
-        if (!v[i]) {
-            v[i] = bs;
-            return;
-        }
-}
-
-/* Close the listening sockets: new connections are refused from now on. */
-static void stop_listening(struct evhttp *http)
-{
-    struct evhttp_bound_socket *v[8] = {NULL};
-    evhttp_foreach_bound_socket(http, collect_listener, v);
-    for (int i = 0; v[i]; i++)
-        evhttp_del_accept_socket(http, v[i]);
-}
-
 static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
 {
     struct shutdown *sd = arg;
@@ -139,7 +121,7 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
         log_info("%s: draining: no new connections, running requests get %u ms",
                  strsignal((int)sig), f->cfg->drain_ms);
         sd->phase = FRONT_DRAINING;
-        stop_listening(f->http);
+        http_stop_listening(f->http, sd->conns);
         supervisor_drain(f->workers);
         clock_gettime(CLOCK_MONOTONIC, &sd->deadline);
         sd->deadline.tv_sec += f->cfg->drain_ms / 1000;
@@ -157,6 +139,23 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
     sd->hard = true;
     supervisor_kill_all(f->workers);
     event_base_loopbreak(f->base);
+}
+
+/* libevent's own warnings (an accept() that fails, ...) go through our log, so a repeated
+ * one is rate-limited like ours. */
+static void on_libevent_log(int severity, const char *msg)
+{
+    if (severity >= EVENT_LOG_WARN)
+        log_warn("libevent: %s", msg);
+    else
+        log_debug("libevent: %s", msg);
+}
+
+/* Whether host names only this machine (127.0.0.0/8, ::1, localhost). */
+static bool host_is_loopback(const char *host)
+{
+    return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0 ||
+           strcmp(host, "localhost") == 0;
 }
 
 int main(int argc, char **argv)
@@ -182,6 +181,7 @@ int main(int argc, char **argv)
         return 0;
     }
     log_init("kiln", cfg.log_level);
+    event_set_log_callback(on_libevent_log);
     signal(SIGPIPE, SIG_IGN);
     if (hf_is_ref(cfg.model)) { /* download (or find in the cache) before any worker starts */
         static char model_path[4096];
@@ -209,6 +209,10 @@ int main(int argc, char **argv)
         front_model_close(&f.model);
         return 1;
     }
+    if (!host_is_loopback(cfg.host) && f.auth.n_keys == 0)
+        log_warn("listening on %s without an API key: anyone who can reach this port can use "
+                 "the model (set --api-key or --api-key-file)",
+                 cfg.host);
     if (!(f.base = event_base_new())) {
         log_error("event_base_new failed");
         goto out;
@@ -217,7 +221,7 @@ int main(int argc, char **argv)
         goto out;
     if (!(f.workers = workers_create(f.base, &cfg, f.model.max_context, &ops, &f)))
         goto out;
-    if (!(f.http = http_create(f.base, &cfg, api_handle, &f, &port)))
+    if (!(f.http = http_create(f.base, &cfg, &f.metrics, api_handle, &f, &port, &sd.conns)))
         goto out;
     sd.f = &f;
     sd.ev_tick = event_new(f.base, -1, EV_PERSIST, on_drain_tick, &sd);
@@ -228,6 +232,7 @@ int main(int argc, char **argv)
         goto out;
     log_info("model %s, context %u, %u worker(s) of %u slots", f.model.name,
              f.model.max_context, cfg.workers, cfg.max_sequences);
+
     fprintf(stderr, "kiln: listening on %s:%u\n", cfg.host, port);
     fflush(stderr);
     if (event_base_dispatch(f.base) < 0)
@@ -238,7 +243,7 @@ out:
     while (!TAILQ_EMPTY(&f.requests))
         request_abort(TAILQ_FIRST(&f.requests));
     workers_destroy(f.workers, sd.hard ? 0 : WORKER_STOP_MS);
-    http_destroy(f.http);
+    http_destroy(f.http, sd.conns);
     if (sd.ev_tick)
         event_free(sd.ev_tick);
     if (f.base)

@@ -220,12 +220,205 @@ static void test_abuse_client_reading_nothing_is_dropped(void **state)
     free(reply);
 }
 
+/* A connection is closed by the server (EOF, or a reset) within timeout_ms; what came
+ * before goes to *got (malloc'd). */
+static bool closed_within(int fd, int timeout_ms, char **got)
+{
+    size_t len = 0;
+    int rc = http_raw_read_all(fd, got, &len, timeout_ms);
+    return rc == 0 || rc == -ECONNRESET;
+}
+
+#define N_SLOW 50
+
+/* Finding 4 (slowloris): clients sending their headers a byte at a time get 408 once
+ * --header-timeout-ms passed, and their connections close; a body that stops coming gets
+ * 408 after --body-timeout-ms; an idle keep-alive connection is closed after
+ * --keepalive-timeout-ms; each is counted. */
+static void test_abuse_slow_headers_bodies_and_idle_keepalives_time_out(void **state)
+{
+    const char *args[] = {"--model", "mock", "--header-timeout-ms", "500", "--body-timeout-ms",
+                          "500", "--keepalive-timeout-ms", "500", NULL};
+    struct kiln_proc *p = start(state, args);
+    int port = kiln_port(p), fds[N_SLOW];
+    char *got = NULL;
+
+    for (int i = 0; i < N_SLOW; i++) {
+        fds[i] = http_raw_connect(port);
+        assert_true(fds[i] >= 0);
+        assert_int_equal(http_raw_send(fds[i], "GET /health HTTP/1.1\r\nX-a: ", 25), 0);
+    }
+    /* a byte each 100 ms, as a slowloris client does, until the server gives up */
+    long long t0 = now_ms();
+    int open = N_SLOW;
+    while (open > 0 && now_ms() - t0 < 5000) {
+        struct pollfd none;
+        (void)poll(&none, 0, 100);
+        for (int i = 0; i < N_SLOW; i++)
+            if (fds[i] >= 0 && http_raw_send(fds[i], "a", 1) < 0) {
+                close(fds[i]);
+                fds[i] = -1;
+                open--;
+            }
+    }
+    for (int i = 0; i < N_SLOW; i++) {
+        if (fds[i] < 0)
+            continue;
+        assert_true(closed_within(fds[i], 3000, &got));
+        assert_non_null(strstr(got, "408"));
+        free(got);
+        close(fds[i]);
+    }
+    assert_true(metric(port, "kiln_connections_dropped_total{reason=\"header_timeout\"}") >=
+                N_SLOW);
+
+    /* a body that stops halfway */
+    int fd = http_raw_connect(port);
+    const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                       "application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\":";
+    assert_int_equal(http_raw_send(fd, head, strlen(head)), 0);
+    assert_true(closed_within(fd, 5000, &got));
+    assert_non_null(strstr(got, "HTTP/1.1 408"));
+    free(got);
+    close(fd);
+    assert_true(metric(port, "kiln_connections_dropped_total{reason=\"body_timeout\"}") >= 1);
+
+    /* an idle keep-alive connection */
+    struct http_conn *c;
+    struct http_response r;
+    assert_int_equal(http_conn_open(port, &c), 0);
+    const char *get = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    assert_int_equal(http_raw_send(http_conn_fd(c), get, strlen(get)), 0);
+    assert_int_equal(http_conn_read_response(c, "GET", &r, 5000), 200);
+    http_response_free(&r);
+    assert_int_equal(http_conn_wait_closed(c, 5000), 1);
+    http_conn_close(c);
+    assert_true(metric(port, "kiln_connections_dropped_total{reason=\"keepalive_timeout\"}") >=
+                1);
+}
+
+static bool health_ok_cond(void *arg)
+{
+    struct http_response r;
+    int st = http_request_ex(*(int *)arg, "GET", "/health", NULL, NULL, 0, 1000, &r);
+    if (st >= 0)
+        http_response_free(&r);
+    return st == 200;
+}
+
+struct worker_replaced {
+    int port;
+    long long old_pid;
+};
+
+/* /health's first worker is ready with another pid than old_pid. */
+static bool worker_replaced_cond(void *arg)
+{
+    struct worker_replaced *w = arg;
+    json_t *h = front_health(w->port);
+    json_t *w0 = json_array_get(json_object_get(h, "workers"), 0);
+    const char *st = json_string_value(json_object_get(w0, "state"));
+    long long pid = json_integer_value(json_object_get(w0, "pid"));
+    bool ok = st && strcmp(st, "ready") == 0 && pid > 0 && pid != w->old_pid;
+    json_decref(h);
+    return ok;
+}
+
+#define N_IDLE 300
+
+/* Finding 2: with an fd limit of 256 and 300 idle connections, the front pauses its
+ * listener at --max-connections (the limit less the fds kept for workers) instead of spinning
+ * on accept() and flooding its log; once some close it serves again, and a worker killed
+ * meanwhile is restarted (its fds were kept for it). */
+static void test_abuse_fd_limit_pauses_the_listener(void **state)
+{
+    const char *args[] = {"--model", "mock", NULL};
+    struct rlimit old, low;
+    int fds[N_IDLE];
+
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    low = old;
+    low.rlim_cur = 256; /* the soft limit only, so it can be raised back */
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0); /* kiln inherits it */
+    struct kiln_proc *p = front_start(args);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    assert_non_null(p);
+    *state = p;
+    int port = kiln_port(p);
+    json_t *h = front_health(port);
+    long long pid0 = json_integer_value(json_object_get(json_array_get(json_object_get(h, "workers"), 0), "pid"));
+    json_decref(h);
+
+    for (int i = 0; i < N_IDLE; i++) {
+        fds[i] = http_raw_connect(port); /* the kernel's backlog completes them */
+        assert_true(fds[i] >= 0);
+    }
+    struct metric_at_least paused = {port, "kiln_listener_paused_total", 1};
+    /* the metrics need a connection: free room for it first */
+    for (int i = 0; i < 100; i++) {
+        close(fds[i]);
+        fds[i] = -1;
+    }
+    bool was_paused = wait_until(metric_at_least_cond, &paused, 10000);
+    /* no flood: a handful of lines about accepting, not millions */
+    const char *out = kiln_output(p);
+    int n = 0;
+    for (const char *q = out; (q = strstr(q, "accept")); q++)
+        n++;
+    fprintf(stderr, "%d log mentions of accept\n", n);
+    assert_true(n < 20);
+    assert_true(was_paused);
+    assert_true(kill((pid_t)pid0, SIGKILL) == 0);
+    struct worker_replaced wr = {port, pid0};
+    assert_true(wait_until(worker_replaced_cond, &wr, 10000));
+    assert_true(wait_until(health_ok_cond, &port, 5000));
+    for (int i = 0; i < N_IDLE; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+}
+
+/* Run kiln with args (a shell fragment) to its exit; its output in out. Returns its status. */
+static int run_kiln(const char *args, char *out, size_t cap)
+{
+    const char *dir = getenv("KILN_BIN_DIR");
+    char cmd[1024];
+    size_t n = 0;
+    snprintf(cmd, sizeof(cmd), "%s/kiln %s 2>&1", dir ? dir : "build", args);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    while (n + 1 < cap && fgets(out + n, (int)(cap - n), f))
+        n += strlen(out + n);
+    out[n] = '\0';
+    return pclose(f);
+}
+
+/* Finding 6, smaller ones: --host beyond loopback without an API key warns at start (a
+ * documentation address no interface has, so nothing is exposed: the bind then fails);
+ * --workers above what dispatch supports is refused. */
+static void test_abuse_open_host_warns_and_too_many_workers_refused(void **state)
+{
+    static char out[16384];
+    (void)state;
+    (void)run_kiln("--model mock --port 0 --host 192.0.2.1", out, sizeof(out));
+    assert_non_null(strstr(out, "without an API key"));
+    (void)run_kiln("--model mock --port 0 --host 192.0.2.1 --api-key k", out, sizeof(out));
+    assert_null(strstr(out, "without an API key"));
+    int st = run_kiln("--model mock --port 0 --workers 65", out, sizeof(out));
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    assert_non_null(strstr(out, "--workers"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_abuse_unread_streams_pause_and_memory_stays_bounded,
                                   teardown),
         cmocka_unit_test_teardown(test_abuse_client_reading_nothing_is_dropped, teardown),
+        cmocka_unit_test_teardown(test_abuse_slow_headers_bodies_and_idle_keepalives_time_out,
+                                  teardown),
+        cmocka_unit_test_teardown(test_abuse_fd_limit_pauses_the_listener, teardown),
+        cmocka_unit_test_teardown(test_abuse_open_host_warns_and_too_many_workers_refused,
+                                  NULL),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
