@@ -104,6 +104,10 @@ test-openai: bins
 	  echo "test-openai: skipped (node and npm are not installed)"; exit 0; fi; \
 	cd tests/openai && (npm ci --no-audit --no-fund >/dev/null 2>&1 || \
 	  npm install --no-audit --no-fund) && $(TEST_ENV) node --test
+	@# the same tests with the newest client (tests/openai-latest pins it)
+	cd tests/openai-latest && (npm ci --no-audit --no-fund >/dev/null 2>&1 || \
+	  npm install --no-audit --no-fund) && \
+	  $(TEST_ENV) node --test ../openai/kiln.test.mjs ../openai/tools.test.mjs
 
 # The oracle (tests/reference): llama.cpp through node-llama-cpp, pinned in package-lock.json.
 # `make oracle` regenerates the committed fixtures from every model of

@@ -47,6 +47,8 @@ static const struct opt opts[] = {
      "largest request body accepted (413 above)"},
     {"mock-reply", OPT_STR, F(mock_reply), 0, 0, "(worker default)",
      "the mock model's reply text"},
+    {"mock-tool-reply", OPT_STR, F(mock_tool_reply), 0, 0, "(the reply)",
+     "the mock model's reply to a prompt holding a tool result (<tool_response>)"},
     {"mock-delay-ms", OPT_U32, F(mock_delay_ms), 0, 3600000, "0",
      "the mock model's delay per token"},
     {"mock-load-ms", OPT_U32, F(mock_load_ms), 0, 3600000, "0",

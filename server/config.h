@@ -34,6 +34,7 @@ struct kiln_config {
     uint32_t threads;           /* 0: the worker's default */
     uint64_t max_body_bytes;
     const char *mock_reply;     /* NULL: the worker's default */
+    const char *mock_tool_reply; /* NULL: mock_reply */
     uint32_t mock_delay_ms;
     uint32_t mock_load_ms;
     bool mock_faults;

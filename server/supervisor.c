@@ -309,6 +309,10 @@ int supervisor_spawn(struct worker *w)
         argv[n++] = "--mock-reply";
         argv[n++] = (char *)c->mock_reply;
     }
+    if (c->mock_tool_reply) {
+        argv[n++] = "--mock-tool-reply";
+        argv[n++] = (char *)c->mock_tool_reply;
+    }
     if (c->mock_delay_ms) {
         argv[n++] = "--mock-delay-ms";
         argv[n++] = a_delay;

@@ -43,7 +43,7 @@ struct worker_args {
     long id, shm_fd, wake_fd, notify_fd, parent_pid;
     const char *model;
     long max_sequences, max_prefill_tokens, ctx, threads, mock_delay_ms, mock_load_ms;
-    const char *mock_reply;
+    const char *mock_reply, *mock_tool_reply;
     int mock_faults;
 };
 
@@ -54,6 +54,7 @@ static void usage(FILE *out)
             "                   --model mock|FILE.gguf [--parent-pid PID]\n"
             "                   [--max-sequences N] [--max-prefill-tokens N] [--ctx N]\n"
             "                   [--threads N (default: every core)] [--mock-reply TEXT]\n"
+            "                   [--mock-tool-reply TEXT]\n"
             "                   [--mock-delay-ms N] [--mock-load-ms N]\n"
             "                   [--mock-faults]\n");
 }
@@ -85,6 +86,7 @@ static int parse_args(int argc, char **argv, struct worker_args *a)
         {"ctx", required_argument, NULL, 'c'},
         {"threads", required_argument, NULL, 't'},
         {"mock-reply", required_argument, NULL, 'r'},
+        {"mock-tool-reply", required_argument, NULL, 'T'},
         {"mock-delay-ms", required_argument, NULL, 'd'},
         {"mock-load-ms", required_argument, NULL, 'L'},
         {"mock-faults", no_argument, NULL, 'f'},
@@ -113,6 +115,7 @@ static int parse_args(int argc, char **argv, struct worker_args *a)
         case 'L': num = &a->mock_load_ms; max = 3600000; break;
         case 'm': a->model = optarg; break;
         case 'r': a->mock_reply = optarg; break;
+        case 'T': a->mock_tool_reply = optarg; break;
         case 'f': a->mock_faults = 1; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -EINVAL;
@@ -166,6 +169,7 @@ static struct model *load_model(const struct worker_args *a)
     if (strcmp(a->model, "mock") == 0) {
         struct model_mock_opts o = {
             .reply = a->mock_reply,
+            .tool_reply = a->mock_tool_reply,
             .delay_ms = (uint32_t)a->mock_delay_ms,
             .max_context = (uint32_t)a->ctx,
             .max_sequences = (uint32_t)a->max_sequences,

@@ -42,12 +42,13 @@ struct mock_seq {
     uint32_t pos;      /* reply bytes emitted so far */
     uint32_t n_tokens; /* prompt and decoded tokens held */
     unsigned faults;   /* enum mock_fault bits, from the prompt */
+    bool tool;         /* the prompt holds a tool result: tool_reply */
 };
 
 struct model_mock {
     struct model base; /* first: a struct model * is a struct model_mock * */
-    char *reply;
-    size_t reply_len;
+    char *reply, *tool_reply;
+    size_t reply_len, tool_reply_len;
     uint32_t delay_ms;
     int faults;
     volatile sig_atomic_t *stop; /* the worker's, or NULL */
@@ -101,32 +102,39 @@ static void mock_hang(void)
         pause();
 }
 
+/* Whether the byte tokens of prompt hold mk */
+static bool mock_has(const uint32_t *prompt, uint32_t n, const char *mk)
+{
+    size_t len = strlen(mk);
+
+    for (uint32_t i = 0; i + len <= n; i++) {
+        size_t j = 0;
+
+        while (j < len && prompt[i + j] == (unsigned char)mk[j])
+            j++;
+        if (j == len)
+            return true;
+    }
+    return false;
+}
+
 static unsigned mock_scan_faults(const uint32_t *prompt, uint32_t n)
 {
     unsigned faults = 0;
 
-    for (size_t k = 0; k < sizeof(mock_markers) / sizeof(mock_markers[0]); k++) {
-        const char *mk = mock_markers[k].marker;
-        size_t len = strlen(mk);
-
-        for (uint32_t i = 0; i + len <= n; i++) {
-            size_t j = 0;
-
-            while (j < len && prompt[i + j] == (unsigned char)mk[j])
-                j++;
-            if (j == len) {
-                faults |= mock_markers[k].fault;
-                break;
-            }
-        }
-    }
+    for (size_t k = 0; k < sizeof(mock_markers) / sizeof(mock_markers[0]); k++)
+        if (mock_has(prompt, n, mock_markers[k].marker))
+            faults |= mock_markers[k].fault;
     return faults;
 }
 
 /* Logits for the token after pos reply bytes: all the mass on the next byte, then EOS */
-static void mock_logits(const struct model_mock *mm, uint32_t pos, float *logits)
+static void mock_logits(const struct model_mock *mm, const struct mock_seq *s, uint32_t pos,
+                        float *logits)
 {
-    uint32_t next = pos < mm->reply_len ? (unsigned char)mm->reply[pos] : TOKENIZER_BYTES_EOS;
+    const char *reply = s->tool ? mm->tool_reply : mm->reply;
+    size_t len = s->tool ? mm->tool_reply_len : mm->reply_len;
+    uint32_t next = pos < len ? (unsigned char)reply[pos] : TOKENIZER_BYTES_EOS;
 
     for (uint32_t v = 0; v < MOCK_N_VOCAB; v++)
         logits[v] = MOCK_LOGIT_OFF;
@@ -150,6 +158,7 @@ static int mock_prefill(struct model *m, int slot, const uint32_t *prompt, uint3
     }
     s = &mm->seqs[slot];
     s->faults = mm->faults ? mock_scan_faults(prompt, n) : 0;
+    s->tool = mm->tool_reply && mock_has(prompt, n, "<tool_response>");
     if (s->faults & MOCK_FAULT_SEGV) {
         /* the default action, whatever a test harness or sanitizer installed: the process
          * dies of SIGSEGV as it would of a bad pointer */
@@ -165,7 +174,7 @@ static int mock_prefill(struct model *m, int slot, const uint32_t *prompt, uint3
         m->heartbeat(m->heartbeat_ctx);
     s->pos = 0;
     s->n_tokens = n;
-    mock_logits(mm, 0, logits);
+    mock_logits(mm, s, 0, logits);
     return 0;
 }
 
@@ -198,7 +207,7 @@ static int mock_step(struct model_mock *mm, int slot, uint32_t token, float *log
     }
     s->n_tokens++;
     s->pos++;
-    mock_logits(mm, s->pos, logits);
+    mock_logits(mm, s, s->pos, logits);
     return 0;
 }
 
@@ -237,6 +246,7 @@ static void mock_destroy(struct model *m)
     struct model_mock *mm = (struct model_mock *)m;
 
     free(mm->reply);
+    free(mm->tool_reply);
     free(mm->seqs);
     free(mm);
 }
@@ -269,6 +279,9 @@ struct model *model_mock_create(const struct model_mock_opts *o, char *err, size
     mm->stop = o->stop;
     mm->reply = strdup(reply);
     mm->reply_len = strlen(reply);
+    if (o->tool_reply && !(mm->tool_reply = strdup(o->tool_reply)))
+        goto nomem;
+    mm->tool_reply_len = o->tool_reply ? strlen(o->tool_reply) : 0;
     mm->seqs = calloc(mm->base.max_sequences, sizeof(*mm->seqs));
     if (!mm->reply || !mm->seqs)
         goto nomem;

@@ -25,6 +25,9 @@
  *                   worker still stops when told to */
 struct model_mock_opts {
     const char *reply;      /* NULL: MODEL_MOCK_DEFAULT_REPLY; copied */
+    /* the reply to a prompt holding "<tool_response>" (a tool loop's second turn); NULL:
+     * reply; copied */
+    const char *tool_reply;
     uint32_t delay_ms;      /* simulated compute per prefill and per decode step */
     uint32_t max_context;   /* 0: 4096 */
     uint32_t max_sequences; /* 0: 1 */

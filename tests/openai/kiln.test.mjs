@@ -5,7 +5,12 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
-import OpenAI from 'openai';
+import { createRequire } from 'node:module';
+import { pathToFileURL } from 'node:url';
+
+// the client installed where node runs: tests/openai (pinned) or tests/openai-latest
+const require = createRequire(path.join(process.cwd(), 'package.json'));
+const { default: OpenAI } = await import(pathToFileURL(require.resolve('openai')).href);
 
 const bin = process.env.KILN_BIN_DIR || path.resolve('../../build');
 const shared = process.env.KILN_SHARED || path.resolve('../../../shared');
