@@ -92,13 +92,13 @@ int detok_push(struct detok *d, uint32_t id, char *out, size_t cap)
 {
     /* The piece is written at the end of out and decoded forward into it, so a piece of any
      * length needs no buffer of ours: first ask its length. */
-    int len = tokenizer_piece(d->tok, id, false, out, 0);
+    int len = tokenizer_piece(d->tok, id, d->special, out, 0);
     if (len < 0)
         return len;
     if (3 * ((size_t)len + d->n_pending) > cap)
         return -ENOSPC;
     unsigned char *in = (unsigned char *)out + cap - (size_t)len;
-    (void)tokenizer_piece(d->tok, id, false, (char *)in, (size_t)len);
+    (void)tokenizer_piece(d->tok, id, d->special, (char *)in, (size_t)len);
     return detok_emit(d, in, (size_t)len, false, out);
 }
 

@@ -13,6 +13,8 @@ struct tokenizer;
 struct detok {
     const struct tokenizer *tok;
     bool first;           /* no text produced yet (SentencePiece's leading space) */
+    bool special;         /* write control tokens' text (a reply read for tool-call markers,
+                           * which some models have as control tokens); false by default */
     uint32_t n_pending;   /* bytes of an incomplete character */
     unsigned char pending[8];
 };

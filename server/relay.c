@@ -69,6 +69,11 @@ void relay_destroy(struct relay *r)
     free(r);
 }
 
+void relay_render_special(struct relay *r)
+{
+    r->detok.special = true;
+}
+
 static struct relay_event *event_add(struct relay_out *out, enum relay_event_type type)
 {
     struct relay_event *ev = &out->ev[out->n++];

@@ -71,6 +71,11 @@ int relay_create(const struct tokenizer *tok, const char *const *stops, const si
 
 void relay_destroy(struct relay *r);
 
+/* Write control tokens' text too (before the first record): a reply read for tool calls
+ * and reasoning needs the markers some models have as control tokens (<|python_tag|>,
+ * [TOOL_CALLS], ...). End-of-generation tokens end the job before they reach the relay. */
+void relay_render_special(struct relay *r);
+
 /* Feed one worker record of this relay's job. Fills out with the events to send, in order,
  * and what to tell the worker. After a stop-string match the job's further TOKEN records are
  * ignored until its final record (DONE or FAILED), which gives job_over and no events.

@@ -772,6 +772,8 @@ int request_start(struct request *r)
         if (rc == 0 && (r->tc.format != TOOLCALL_FORMAT_NONE || r->tc.reasoning) &&
             !(r->choices[i]->tc_parser = toolcall_create(&r->choices[i]->tc)))
             rc = -ENOMEM;
+        if (rc == 0 && r->choices[i]->tc_parser)
+            relay_render_special(r->choices[i]->relay);
         if (rc < 0)
             break;
     }

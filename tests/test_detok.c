@@ -519,9 +519,23 @@ static void test_detok_gpt2_inp_texts_round_trip(void **state)
     check_inp_round_trips(*state, "ggml-vocab-gpt-2.gguf");
 }
 
+/* Control tokens are dropped unless special is set (a reply read for tool-call markers). */
+static void test_detok_special_writes_control_tokens(void **state)
+{
+    struct detok d;
+    char out[64];
+    detok_init(&d, *state);
+    assert_int_equal(detok_push(&d, TOKENIZER_BYTES_EOS, out, sizeof out), 0);
+    d.special = true;
+    assert_int_equal(detok_push(&d, TOKENIZER_BYTES_EOS, out, sizeof out), 5);
+    assert_memory_equal(out, "<eos>", 5);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_detok_special_writes_control_tokens, setup,
+                                        teardown),
         cmocka_unit_test(test_detok_piece_longer_than_1024_bytes_decodes),
         cmocka_unit_test_setup_teardown(test_detok_every_prefix_matches_whole_decoding, setup,
                                         teardown),
