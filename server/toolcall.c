@@ -77,7 +77,7 @@ bool toolcall_prompt_in_think(const char *prompt, size_t len)
 
 static const struct tc_marker m_hermes = {"<tool_call>", "</tool_call>", NULL, TC_BODY_JSON};
 static const struct tc_marker m_python = {"<|python_tag|>", NULL, NULL, TC_BODY_PYTHON_TAG};
-static const struct tc_marker m_mistral = {"[TOOL_CALLS]", NULL, NULL, TC_BODY_JSON};
+static const struct tc_marker m_mistral = {"[TOOL_CALLS]", NULL, NULL, TC_BODY_MISTRAL};
 static const struct tc_marker m_granite = {"<|tool_call|>", NULL, "<|/tool_call|>",
                                            TC_BODY_JSON};
 static const struct tc_marker m_deepseek = {TC_DS_CALLS_BEGIN, TC_DS_CALLS_END, NULL,
@@ -400,6 +400,13 @@ static int step_call(struct toolcall *t, bool final, toolcall_cb cb, void *arg)
         if (m->body == TC_BODY_FUNCTIONARY) {
             char *nl = memchr(t->buf, '\n', t->len);
             off = nl ? (size_t)(nl - t->buf) + 1 : t->len;
+        } else if (m->body == TC_BODY_MISTRAL && t->len > 0 && t->buf[0] != '[' &&
+                   t->buf[0] != '{' && t->buf[0] != ' ' && t->buf[0] != '\n') {
+            /* name[ARGS]{...}: the JSON starts after [ARGS] */
+            char *a = memmem(t->buf, t->len, "[ARGS]", 6);
+            off = a ? (size_t)(a - t->buf) + 6 : t->len;
+            if (!a && t->len > 256) /* no name is that long: not a call */
+                off = 0;
         }
         size_t ws = off;
         while (ws < t->len && is_ws(t->buf[ws]))

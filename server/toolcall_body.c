@@ -300,6 +300,26 @@ static int calls_deepseek(const char *s, size_t n, struct calls *cs)
     return 0;
 }
 
+/* [TOOL_CALLS] then a JSON list, or name[ARGS]{...} */
+static int calls_mistral(const char *s, size_t n, struct calls *cs)
+{
+    const char *a = memmem(s, n, "[ARGS]", 6);
+    if (n == 0 || s[0] == '[' || s[0] == '{' || is_ws(s[0]) || !a)
+        return calls_json(s, n, cs);
+    size_t name_len = (size_t)(a - s), p = name_len + 6;
+    if (!valid_name(s, name_len))
+        return -EINVAL;
+    long span = toolcall_json_span(s + p, n - p);
+    if (span <= 0 || p + (size_t)span != n)
+        return -EINVAL;
+    struct call_ref *c = add(cs);
+    if (!c)
+        return -EINVAL;
+    c->name = s;
+    c->name_len = name_len;
+    return set_args(c, s + p, (size_t)span);
+}
+
 static int calls_functionary(const char *s, size_t n, struct calls *cs)
 {
     size_t p = 0;
@@ -333,6 +353,9 @@ int tc_parse_body(struct toolcall *t, const struct tc_marker *m, const char *s, 
         break;
     case TC_BODY_FUNCTIONARY:
         rc = calls_functionary(s, n, cs);
+        break;
+    case TC_BODY_MISTRAL:
+        rc = calls_mistral(s, n, cs);
         break;
     default:
         rc = -EINVAL;

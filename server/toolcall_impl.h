@@ -16,6 +16,7 @@ enum tc_body {
     TC_BODY_BARE,        /* a Llama 3 reply that may be a call object; else plain content */
     TC_BODY_DEEPSEEK,    /* <｜tool▁call▁begin｜>type<｜tool▁sep｜>name\n```json\n{...}\n```... */
     TC_BODY_FUNCTIONARY, /* name\n{args} */
+    TC_BODY_MISTRAL,     /* JSON as TC_BODY_JSON, or name[ARGS]{args} (Devstral, Magistral) */
 };
 
 /* A call's markup: what opens it, what closes it (NULL: the end of its JSON does), an

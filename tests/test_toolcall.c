@@ -193,6 +193,18 @@ static void test_mistral_array_of_calls(void **state)
           "", NULL, 2, names, args);
 }
 
+static void test_devstral_name_args_calls(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"get_weather", "get_time"};
+    static const char *const args[] = {"{\"city\": \"Paris\"}", "{}"};
+    check(TOOLCALL_FORMAT_MISTRAL, false,
+          "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[ARGS]{}", "",
+          NULL, 2, names, args);
+    const char *bad = "[TOOL_CALLS]get_weather[ARGS]{\"city\": Paris}";
+    check(TOOLCALL_FORMAT_MISTRAL, false, bad, bad, NULL, 0, NULL, NULL);
+}
+
 static void test_granite_and_phi4_calls(void **state)
 {
     (void)state;
@@ -316,6 +328,7 @@ static void test_format_detected_from_real_templates(void **state)
         {"meta-llama-Llama-3.1-8B-Instruct.jinja", TOOLCALL_FORMAT_LLAMA3, false},
         {"meta-llama-Llama-3.2-3B-Instruct.jinja", TOOLCALL_FORMAT_LLAMA3, false},
         {"mistralai-Mistral-Nemo-Instruct-2407.jinja", TOOLCALL_FORMAT_MISTRAL, false},
+        {"unsloth-mistral-Devstral-Small-2507.jinja", TOOLCALL_FORMAT_MISTRAL, false},
         {"ibm-granite-granite-3.3-2B-Instruct.jinja", TOOLCALL_FORMAT_GRANITE, true},
         {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", TOOLCALL_FORMAT_DEEPSEEK_R1, true},
         {"meetkai-functionary-medium-v3.2.jinja", TOOLCALL_FORMAT_FUNCTIONARY, false},
@@ -354,6 +367,7 @@ int main(void)
         cmocka_unit_test(test_llama3_bare_json_call),
         cmocka_unit_test(test_llama3_python_tag),
         cmocka_unit_test(test_mistral_array_of_calls),
+        cmocka_unit_test(test_devstral_name_args_calls),
         cmocka_unit_test(test_granite_and_phi4_calls),
         cmocka_unit_test(test_deepseek_r1_calls_after_thinking),
         cmocka_unit_test(test_functionary_recipient_lines),

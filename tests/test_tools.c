@@ -199,6 +199,9 @@ static void test_tools_mistral_two_calls(void **state)
     run_case("[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": "
              "\"Paris\\u00e9\"}}, {\"name\": \"get_time\", \"arguments\": {}}]",
              NULL, ASK "}", &w);
+    /* Devstral's form: [TOOL_CALLS]name[ARGS]{...} per call */
+    run_case("[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\\u00e9\"}[TOOL_CALLS]get_time[ARGS]{}",
+             NULL, ASK "}", &w);
 }
 
 static void test_tools_granite_call(void **state)
