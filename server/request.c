@@ -456,6 +456,8 @@ static void emit_text(struct request *r, const struct relay_event *ev)
         if (toolcall_push(r->tc_parser, ev->text, ev->len, on_piece, r) < 0)
             log_warn("request %llu: out of memory reading the reply for tool calls",
                      (unsigned long long)r->req_id);
+        if (lead->stream)
+            flow_check(lead);
         return;
     }
     if (lead->stream) {
