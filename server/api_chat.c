@@ -32,11 +32,12 @@ static bool valid_fn_name(const char *s, size_t n)
     return true;
 }
 
-/* content: a string, null, or text parts joined; *out a new string (NULL: null kept). */
+/* content: a string, null, or an array of text parts (kept as {type: "text", text}: the
+ * templates that read parts get them; the family table joins them). *out a new reference. */
 static int norm_content(json_t *content, size_t i, bool keep_null, json_t **out, struct perr *e)
 {
     json_t *part;
-    size_t k, total = 0;
+    size_t k;
 
     *out = NULL;
     if (!content || json_is_null(content)) {
@@ -62,20 +63,15 @@ static int norm_content(json_t *content, size_t i, bool keep_null, json_t **out,
                        i, json_string_value(ty));
         if (!json_is_string(t))
             return bad(e, "messages", "message %zu: a text part needs a string '%s'", i, "text");
-        total += json_string_length(t);
     }
-    char *s = malloc(total + 1);
-    size_t o = 0;
-    if (!s)
+    if (!(*out = json_array()))
         return -ENOMEM;
     json_array_foreach(content, k, part) {
-        json_t *t = json_object_get(part, "text");
-        memcpy(s + o, json_string_value(t), json_string_length(t));
-        o += json_string_length(t);
+        json_t *p = json_pack("{s:s, s:O}", "type", "text", "text", json_object_get(part, "text"));
+        if (!p || json_array_append_new(*out, p) < 0)
+            return -ENOMEM;
     }
-    *out = json_stringn_nocheck(s, o);
-    free(s);
-    return *out ? 0 : -ENOMEM;
+    return 0;
 }
 
 /* One of an assistant's tool_calls: {id, type: "function", function: {name, arguments}},

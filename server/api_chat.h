@@ -22,7 +22,8 @@ enum api_tool_choice {
 };
 
 struct api_chat {
-    /* [{role, content (string; null for an assistant's message of calls only), name?,
+    /* [{role, content (a string, an array of {type: "text", text} parts, or null for an
+     *   assistant's message of calls only), name?,
      *   tool_call_id?, reasoning_content?, tool_calls?: [{id?, type: "function",
      *   function: {name, arguments: the parsed object}}]}]; role is one of system,
      * developer, user, assistant, tool */

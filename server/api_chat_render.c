@@ -57,6 +57,19 @@ static void put_json(struct str *b, const json_t *v)
     free(s);
 }
 
+/* A message's content as text: a string, or its text parts joined. */
+static void put_content(struct str *b, const json_t *content)
+{
+    size_t i;
+    json_t *p;
+    if (json_is_string(content))
+        put(b, json_string_value(content), json_string_length(content));
+    json_array_foreach(content, i, p) {
+        json_t *t = json_object_get(p, "text");
+        put(b, json_string_value(t), json_string_length(t));
+    }
+}
+
 static bool tags(enum toolcall_format fmt)
 {
     return fmt != TOOLCALL_FORMAT_LLAMA3 && fmt != TOOLCALL_FORMAT_MISTRAL;
@@ -128,8 +141,7 @@ static int message_text(enum toolcall_format fmt, const json_t *m, const char **
         if (tags(fmt))
             puts_(&b, "<tool_response>\n");
     }
-    if (json_is_string(content))
-        put(&b, json_string_value(content), json_string_length(content));
+    put_content(&b, content);
     if (!strcmp(r, "tool") && tags(fmt))
         puts_(&b, "\n</tool_response>");
     if (calls)
@@ -163,9 +175,10 @@ char *api_chat_render_family(const struct chat_template *t, enum toolcall_format
         const char *r0 = json_string_value(json_object_get(first, "role"));
         bool sys = !strcmp(r0, "system") || !strcmp(r0, "developer");
         json_t *c0 = json_object_get(first, "content");
-        if (sys && json_is_string(c0) && json_string_length(c0)) {
-            put(&b, json_string_value(c0), json_string_length(c0));
-            puts_(&b, "\n\n");
+        if (sys) {
+            put_content(&b, c0);
+            if (b.len)
+                puts_(&b, "\n\n");
         }
         tools_block(&b, fmt, c->tools);
         if (b.oom) {

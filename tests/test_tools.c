@@ -282,6 +282,9 @@ static void test_tools_request_fields_checked(void **state)
     json_t *j;
     static const char *const ok[] = {
         ASK ",\"tool_choice\":\"required\"}",
+        "{\"messages\":[{\"role\":\"developer\",\"content\":[{\"type\":\"text\",\"text\":"
+        "\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},{\"role\":\"user\",\"content\":"
+        "[{\"type\":\"text\",\"text\":\"hi\"}]}],\"tools\":" TOOLS "}",
         ASK ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_time\"}}}",
         "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":"
         "\"w?\",\"name\":\"ann\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{"
