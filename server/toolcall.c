@@ -226,7 +226,8 @@ static int emit_raw(struct toolcall *t, const struct tc_marker *m, const char *b
                  "sent as content",
                  (unsigned long long)t->cfg.req_id, n, m->open);
     if ((rc = emit_text(t, TOOLCALL_CONTENT, t->pre_ws, t->n_pre_ws, cb, arg)) < 0 ||
-        (rc = emit_text(t, TOOLCALL_CONTENT, m->open, strlen(m->open), cb, arg)) < 0 ||
+        (!t->implicit_open &&
+         (rc = emit_text(t, TOOLCALL_CONTENT, m->open, strlen(m->open), cb, arg)) < 0) ||
         (rc = emit_text(t, TOOLCALL_CONTENT, body, n, cb, arg)) < 0)
         return rc;
     if (closed && m->close)
@@ -365,12 +366,14 @@ static int step_func_name(struct toolcall *t, bool final, toolcall_cb cb, void *
             return STEP_MORE;
         int rc = emit_raw(t, &m_functionary, t->buf, t->len, false, cb, arg);
         buf_drop(t, t->len);
+        t->implicit_open = false;
         t->state = TC_STATE_CONTENT;
         return rc < 0 ? rc : STEP_AGAIN;
     }
     size_t n = (size_t)(nl - t->buf);
     if (n == 3 && memcmp(t->buf, "all", 3) == 0) {
         buf_drop(t, 4);
+        t->implicit_open = false;
         t->state = TC_STATE_CONTENT;
         t->strip_lead = false;
         return STEP_AGAIN;
@@ -439,6 +442,7 @@ static int step_call(struct toolcall *t, bool final, toolcall_cb cb, void *arg)
         return rc;
     buf_drop(t, consumed);
     t->n_pre_ws = 0;
+    t->implicit_open = false;
     t->state = TC_STATE_CONTENT;
     t->strip_lead = true;
     t->after_close = m->opt_close;
@@ -469,8 +473,10 @@ int toolcall_push(struct toolcall *t, const char *text, size_t len, toolcall_cb 
     int rc = buf_add(t, text, len);
     if (rc < 0)
         return rc;
-    if (t->state == TC_STATE_START && t->cfg.format == TOOLCALL_FORMAT_FUNCTIONARY)
+    if (t->state == TC_STATE_START && t->cfg.format == TOOLCALL_FORMAT_FUNCTIONARY) {
         t->state = TC_STATE_FUNC_NAME; /* the prompt ended in ">>>" */
+        t->implicit_open = true;
+    }
     else if (t->state == TC_STATE_START && t->cfg.reasoning && t->cfg.in_think)
         t->state = TC_STATE_REASONING;
     return run(t, false, cb, arg);

@@ -51,6 +51,7 @@ struct toolcall {
     size_t len, cap;
     char pre_ws[64];            /* the blanks before the call being read (for a bad one) */
     uint32_t n_pre_ws;
+    bool implicit_open;         /* the prompt wrote cur's opening marker (functionary) */
     uint32_t n_calls;
     size_t n_content;
 };

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include <jansson.h>
+
 #include "../server/toolcall.h"
 
 struct got {
@@ -355,6 +357,71 @@ static void test_format_detected_from_real_templates(void **state)
     }
 }
 
+/* Random replies made of markers and JSON pieces, in every format and at random piece
+ * sizes: every call released has arguments that are one JSON object, and no more text comes
+ * out than went in. */
+static int check_piece(void *arg, const struct toolcall_piece *p)
+{
+    size_t *text = arg;
+    if (p->kind != TOOLCALL_CALL) {
+        *text += p->len;
+        return 0;
+    }
+    assert_true(p->name_len > 0);
+    json_t *a = json_loadb(p->text, p->len, JSON_DECODE_ANY, NULL);
+    assert_true(json_is_object(a));
+    json_decref(a);
+    return 0;
+}
+
+static void test_random_replies_keep_the_invariants(void **state)
+{
+    (void)state;
+    static const char *const frags[] = {
+        "<tool_call>", "</tool_call>", "{", "}", "[", "]", "\"name\"", ": ", "\"f\"", ", ",
+        "\"arguments\"", "\"parameters\"", "<think>", "</think>", "[TOOL_CALLS]", "[ARGS]",
+        "<|tool_call|>", "<|/tool_call|>", "<|python_tag|>", ".call(", "q=", "\"x\"", ")",
+        ">>>", "all", "\n", " ", "x", "\xc3\xa9", "\\", "\"", "```json", "```", "1", "null",
+        "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>",
+        "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>function",
+        "<\xef\xbd\x9ctool\xe2\x96\x81" "sep\xef\xbd\x9c>",
+        "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>",
+    };
+    const size_t n_frags = sizeof(frags) / sizeof(frags[0]);
+    uint64_t x = 88172645463325252ull;
+    char text[2048];
+    for (int iter = 0; iter < 4000; iter++) {
+        size_t len = 0, parts;
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        parts = 1 + x % 48;
+        for (size_t k = 0; k < parts; k++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            const char *f = frags[x % n_frags];
+            size_t fl = strlen(f);
+            if (len + fl >= sizeof(text))
+                break;
+            memcpy(text + len, f, fl);
+            len += fl;
+        }
+        struct toolcall_config c = {.format = (enum toolcall_format)(iter % TOOLCALL_FORMAT_COUNT),
+                                    .reasoning = iter & 8, .in_think = iter & 16,
+                                    .parallel = iter & 32};
+        struct toolcall *t = toolcall_create(&c);
+        size_t out = 0, step = 1 + (size_t)(x >> 40) % 9;
+        assert_non_null(t);
+        for (size_t i = 0; i < len;) {
+            size_t k = i + step <= len ? step : len - i;
+            while (i + k < len && utf8_cont(text[i + k]))
+                k++;
+            assert_int_equal(toolcall_push(t, text + i, k, check_piece, &out), 0);
+            i += k;
+        }
+        assert_int_equal(toolcall_finish(t, check_piece, &out), 0);
+        assert_true(out <= len);
+        toolcall_destroy(t);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -376,6 +443,7 @@ int main(void)
         cmocka_unit_test(test_reasoning_opened_by_the_template),
         cmocka_unit_test(test_parallel_off_keeps_the_first_call),
         cmocka_unit_test(test_json_span_edges),
+        cmocka_unit_test(test_random_replies_keep_the_invariants),
         cmocka_unit_test(test_format_detected_from_real_templates),
     };
     return cmocka_run_group_tests_name("toolcall", tests, NULL, NULL);
