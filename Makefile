@@ -47,7 +47,7 @@ $(B)/obj/worker/kernels_avx512.o: override CFLAGS += -mavx512f -mavx512bw -mavx5
 $(B)/obj/worker/kernels_avx512_ext.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl \
                                    -mavx512vnni -mavx2 -mfma -mf16c
 
-.PHONY: all bins tests benches test test-unit test-asan test-tsan test-openai test-oracle oracle bench run deps deps-test fuzz clean
+.PHONY: all bins tests benches test test-unit test-asan test-tsan test-openai test-oracle oracle bench run deps deps-test fuzz fuzz-toolcall clean
 all: bins
 bins: $(BINS)
 tests: $(TESTS)
@@ -197,7 +197,7 @@ deps deps-test:
 # the vocabulary files). Crashes land in build-fuzz/crash-*.
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -Iinclude -O1 -g $(WARN)
-fuzz:
+fuzz: fuzz-toolcall
 	@mkdir -p build-fuzz/corpus
 	clang $(FUZZ_FLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	  tests/fuzz_gguf.c common/gguf.c -o build-fuzz/fuzz_gguf
@@ -207,6 +207,24 @@ fuzz:
 	for f in ../shared/vocab/*.gguf; do head -c 16384 $$f > build-fuzz/corpus/head-$${f##*/}; done
 	build-fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \
 	  -artifact_prefix=build-fuzz/ build-fuzz/corpus
+
+# The reply parser (tool calls, reasoning) on any model output, for FUZZ_SECONDS, from a
+# corpus of every format's calls (tests/test_toolcall.c's replies are the seeds' shapes).
+fuzz-toolcall:
+	@mkdir -p build-fuzz/corpus-toolcall
+	clang $(FUZZ_FLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	  $(PKG_CFLAGS) tests/fuzz_toolcall.c server/toolcall.c server/toolcall_body.c \
+	  server/toolcall_json.c common/log.c -o build-fuzz/fuzz_toolcall $(PKG_LIBS)
+	printf '\001\003ok <tool_call>{"name": "f", "arguments": {"a": [1, "}"]}}</tool_call>' \
+	  > build-fuzz/corpus-toolcall/hermes
+	printf '\022\001<think>x</think>[TOOL_CALLS][{"name": "f", "arguments": {}}]' \
+	  > build-fuzz/corpus-toolcall/mistral
+	printf '\005\002<\357\275\234tool\342\226\201calls\342\226\201begin\357\275\234>' \
+	  > build-fuzz/corpus-toolcall/deepseek
+	printf '\006\007all\nhi>>>f\n{"x": 1}' > build-fuzz/corpus-toolcall/functionary
+	printf '\002\004<|python_tag|>f.call(q="x", n=1)' > build-fuzz/corpus-toolcall/python
+	build-fuzz/fuzz_toolcall -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+	  -print_final_stats=1 -artifact_prefix=build-fuzz/ build-fuzz/corpus-toolcall
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz
