@@ -335,20 +335,3 @@ void api_chat_free(struct api_chat *c)
     json_decref(c->kwargs);
     memset(c, 0, sizeof(*c));
 }
-
-json_t *api_chat_context(const struct api_chat *c, bool add_generation_prompt)
-{
-    json_t *ctx = json_object();
-    const char *k;
-    json_t *v;
-    if (!ctx)
-        return NULL;
-    /* chat_template_kwargs first, so the request's own fields win over a kwarg's name */
-    if (c->kwargs)
-        json_object_foreach(c->kwargs, k, v) json_object_set(ctx, k, v);
-    json_object_set(ctx, "messages", c->messages);
-    if (c->tools && c->choice != API_TOOL_CHOICE_NONE)
-        json_object_set(ctx, "tools", c->tools);
-    json_object_set_new(ctx, "add_generation_prompt", json_boolean(add_generation_prompt));
-    return ctx;
-}

@@ -42,11 +42,6 @@ struct api_chat {
 int api_chat_parse(json_t *o, struct api_chat *c, struct perr *e);
 void api_chat_free(struct api_chat *c);
 
-/* The template context: chat_template_kwargs' keys, then messages, tools (unless
- * tool_choice is "none") and add_generation_prompt. A new reference, NULL when out of
- * memory. */
-json_t *api_chat_context(const struct api_chat *c, bool add_generation_prompt);
-
 /* Render c with the family table t: developer messages as system, tool results as user
  * turns (inside <tool_response> for the formats that use it), an assistant's calls written
  * in fmt's markup, and the tools described in the system message. Returns the prompt
