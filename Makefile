@@ -47,7 +47,8 @@ $(B)/obj/worker/kernels_avx512.o: override CFLAGS += -mavx512f -mavx512bw -mavx5
 $(B)/obj/worker/kernels_avx512_ext.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl \
                                    -mavx512vnni -mavx2 -mfma -mf16c
 
-.PHONY: all bins tests benches test test-unit test-asan test-tsan test-openai test-oracle oracle bench run deps deps-test fuzz fuzz-toolcall clean
+.PHONY: all bins tests benches test test-unit test-asan test-tsan test-openai test-oracle oracle \
+        test-webui bench run deps deps-test deps-browser fuzz fuzz-toolcall clean
 all: bins
 bins: $(BINS)
 tests: $(TESTS)
@@ -58,7 +59,7 @@ $(B)/obj/%.o: %.c
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(LIBCOMMON): $(call obj,$(COMMON_SRC))
-$(LIBSERVER): $(call obj,$(SERVER_SRC))
+$(LIBSERVER): $(call obj,$(SERVER_SRC)) $(B)/obj/gen/webui_assets.o
 $(LIBWORKER): $(call obj,$(WORKER_SRC))
 $(LIBTEST):   $(call obj,$(TLIB_SRC))
 $(B)/lib%.a:
@@ -77,6 +78,44 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(LIBTEST) $(ALL_LIBS)
 
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
 
+# The chat page (webui/) and its libraries are embedded into kiln as a generated C file. The
+# libraries come from npm, pinned in webui/package-lock.json, installed under build/npm (one
+# install for every build dir); where npm cannot install them the page is embedded without
+# them and renders answers as plain text (the build and kiln's log say so).
+WEBUI_SRC  = $(sort $(wildcard webui/*.html webui/*.css webui/*.js webui/*.svg))
+WEBUI_NPM  = build/npm/webui
+WEBUI_LIBS = /webui/lib/marked.js=$(WEBUI_NPM)/node_modules/marked/lib/marked.umd.js \
+  /webui/lib/purify.js=$(WEBUI_NPM)/node_modules/dompurify/dist/purify.min.js \
+  /webui/lib/highlight.js=$(WEBUI_NPM)/node_modules/@highlightjs/cdn-assets/highlight.min.js \
+  /webui/lib/hl-light.css=$(WEBUI_NPM)/node_modules/@highlightjs/cdn-assets/styles/github.min.css \
+  /webui/lib/hl-dark.css=$(WEBUI_NPM)/node_modules/@highlightjs/cdn-assets/styles/github-dark.min.css
+NPM_CI = npm ci --no-audit --no-fund --prefer-offline --fetch-timeout=20000 --fetch-retries=1
+
+$(WEBUI_NPM)/.stamp: webui/package.json webui/package-lock.json
+	@mkdir -p $(WEBUI_NPM)
+	@cp webui/package.json webui/package-lock.json $(WEBUI_NPM)/
+	@if command -v npm >/dev/null && (cd $(WEBUI_NPM) && $(NPM_CI) >npm.log 2>&1); then \
+	  echo "webui: installed marked, dompurify and highlight.js from npm"; \
+	else \
+	  echo "webui: npm could not install the page's libraries (see $(WEBUI_NPM)/npm.log);" \
+	       "the chat page will render answers as plain text. rm -rf $(WEBUI_NPM) to retry."; \
+	fi
+	@touch $@
+
+build/host/webui-embed: tools/webui-embed.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -std=c11 -D_GNU_SOURCE $(WARN) $(if $(WERROR),-Werror) -o $@ $< -lz
+
+$(B)/gen/webui_assets.c: build/host/webui-embed $(WEBUI_SRC) $(WEBUI_NPM)/.stamp
+	@mkdir -p $(dir $@)
+	build/host/webui-embed $@.tmp /index.html=webui/index.html \
+	  $(foreach f,$(filter-out webui/index.html,$(WEBUI_SRC)),/webui/$(notdir $(f))=$(f)) \
+	  --libs $(WEBUI_LIBS)
+	@mv $@.tmp $@
+$(B)/obj/gen/webui_assets.o: $(B)/gen/webui_assets.c server/webui_assets.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Iserver -c $< -o $@
+
 # Every test binary runs from the project root; integration tests find the binaries through
 # KILN_BIN_DIR and the shared data through KILN_SHARED.
 TEST_ENV = KILN_BIN_DIR=$(CURDIR)/$(B) KILN_SHARED=$(CURDIR)/../shared
@@ -89,6 +128,7 @@ test: deps-test
 	$(MAKE) test-tsan
 	$(MAKE) test-openai
 	$(MAKE) test-oracle
+	$(MAKE) test-webui
 	@echo "make test: all suites passed"
 
 test-unit: bins tests
@@ -134,6 +174,38 @@ test-oracle: bins tests
 	KILN_ORACLE_FIXTURES=$(ORACLE_DIR)/fixtures $(TEST_ENV) $(B)/tests/test_oracle && \
 	rm -rf $(ORACLE_DIR)
 
+# The chat page in a real browser (tests/webui): playwright-core from npm (pinned) driving
+# Debian's Chromium headless against kiln on the mock and on stories260K; screenshots go to
+# $(B)/webui-test/. Installs Chromium (and Node.js where missing) when run as root; skipped
+# with a message where they cannot be had.
+CHROMIUM ?= /usr/bin/chromium
+test-webui: bins
+	@if [ "$$(id -u)" = 0 ] && { ! command -v npm >/dev/null || [ ! -x $(CHROMIUM) ]; }; then \
+	  $(MAKE) -s deps-browser || true; fi; \
+	if ! command -v node >/dev/null || ! command -v npm >/dev/null; then \
+	  echo "test-webui: skipped (Node.js and npm are not installed: apt-get install nodejs npm)"; \
+	  exit 0; fi; \
+	if [ ! -x $(CHROMIUM) ]; then \
+	  echo "test-webui: skipped (Chromium is not installed: apt-get install chromium)"; exit 0; fi; \
+	cd tests/webui && if ! (npm ci --no-audit --no-fund >/dev/null 2>&1 || \
+	  npm install --no-audit --no-fund); then \
+	  echo "test-webui: skipped (npm could not install playwright-core)"; exit 0; fi; \
+	$(TEST_ENV) KILN_WEBUI_ARTIFACTS=$(CURDIR)/$(B)/webui-test CHROMIUM=$(CHROMIUM) node --test
+
+# What the browser tests need: Debian's Chromium, and Node.js with npm where the machine has
+# none (a Node.js from elsewhere that brings its own npm is kept).
+deps-browser:
+	@missing=""; [ -x $(CHROMIUM) ] || missing="chromium"; \
+	command -v npm >/dev/null || [ "$$(id -u)" != 0 ] || missing="$$missing nodejs npm"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else \
+	    echo "missing packages; run: sudo apt-get install -y $$missing"; exit 1; \
+	  fi; \
+	fi
+
 TSAN_TESTS = $(wildcard tests/test_shm_ring_threads.c)
 test-tsan:
 	$(MAKE) SAN=tsan $(patsubst tests/%.c,build-tsan/tests/%,$(TSAN_TESTS))
@@ -176,13 +248,16 @@ $(STORIES):
 
 # Install what is missing (Debian 12). As root it runs apt-get; otherwise it prints the command.
 # `deps` is what building and serving need (`make run`); `deps-test` adds what only the tests
-# use: cmocka, and prometheus for promtool's check of /metrics.
+# use: cmocka, and prometheus for promtool's check of /metrics. Node.js and npm (the chat
+# page's libraries are npm packages) come from Debian, as root, where the machine has no npm
+# at all; without them the page is built with plain-text answers.
 DEBS      = build-essential pkg-config libevent-dev libmsgpack-dev liburing-dev \
-            libjansson-dev libpcre2-dev libcurl4-openssl-dev curl
+            libjansson-dev libpcre2-dev libcurl4-openssl-dev zlib1g-dev curl
 TEST_DEBS = libcmocka-dev prometheus
 deps-test: override DEBS += $(TEST_DEBS)
 deps deps-test:
 	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	command -v npm >/dev/null || [ "$$(id -u)" != 0 ] || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing:$$missing"; \

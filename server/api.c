@@ -30,6 +30,7 @@
 #include "stop.h"
 #include "tokenizer.h"
 #include "supervisor.h"
+#include "webui.h"
 #include "workers.h"
 
 #define MOCK_CONTEXT 4096
@@ -441,6 +442,8 @@ int api_init(struct front *f, char *err, size_t errlen)
                  AUTH_KEY_MAX);
         return -EINVAL;
     }
+    if ((rc = webui_init(c, err, errlen)) < 0)
+        return rc;
     if (c->metrics_key && auth_set_metrics_key(&f->auth, c->metrics_key) < 0) {
         snprintf(err, errlen, "--metrics-key: a key must be 1 to %d bytes without blanks",
                  AUTH_KEY_MAX);
@@ -571,6 +574,10 @@ void api_handle(struct evhttp_request *http, void *arg)
         }
         return;
     }
+    /* the chat page's files need no key and are not rate limited (a page load is several
+     * requests); the API calls the page makes are */
+    if (webui_handle(f->cfg, http, path, auth_enabled(&f->auth)))
+        return;
     if (!guard(f, http, path))
         return;
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {

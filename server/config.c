@@ -98,6 +98,9 @@ static const struct opt opts[] = {
      "the body must come within this once the headers did (408 and close)"},
     {"keepalive-timeout-ms", OPT_U32, F(keepalive_timeout_ms), 1, UINT32_MAX, "5000",
      "an idle keep-alive connection is closed after this"},
+    {"no-webui", OPT_BOOL, F(no_webui), 0, 0, "off", "do not serve the chat page at /"},
+    {"webui-dir", OPT_STR, F(webui_dir), 0, 0, "(embedded)",
+     "serve the chat page's files from this folder first (development)"},
     {"help", OPT_BOOL, F(help), 0, 0, "", "print this help and exit"},
 };
 

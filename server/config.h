@@ -61,6 +61,9 @@ struct kiln_config {
     uint32_t header_timeout_ms;    /* request line and headers */
     uint32_t body_timeout_ms;      /* the body, once the headers came */
     uint32_t keepalive_timeout_ms; /* an idle connection between requests */
+    /* the chat page at / (webui.c) */
+    bool no_webui;
+    const char *webui_dir;         /* NULL: only the embedded files */
     bool help;                  /* --help was given */
 };
 
