@@ -196,6 +196,14 @@ static int chat_text(struct request *r, json_t *o, char **text, struct tokenizer
         r->tc.in_think = toolcall_prompt_in_think(*text, strlen(*text));
         r->tc.parallel = c.parallel;
         r->tc.req_id = r->req_id;
+        rc = api_tool_grammar(r, &c, fmt, e);
+    }
+    if (rc < 0 && *text) {
+        free(*text);
+        free(*spans);
+        *text = NULL;
+        *spans = NULL;
+        *n_spans = 0;
     }
     api_chat_free(&c);
     return rc;

@@ -50,4 +50,13 @@ char *api_chat_render_family(const struct chat_template *t, enum toolcall_format
                              const struct api_chat *c, struct tokenizer_span **spans,
                              size_t *n_spans, struct perr *e);
 
+/* tool_choice "required" or a named function (else nothing): set r->grammar to one call in
+ * fmt's markup (hermes, llama3, mistral, granite; other formats are left unconstrained) to
+ * one of c's tools (the named one), its arguments valid against the tool's parameters.
+ * Returns 0, -EINVAL with e set (a 400: a schema the converter refuses, or a grammar already
+ * asked for by response_format/grammar/json_schema) or -ENOMEM. */
+struct request;
+int api_tool_grammar(struct request *r, const struct api_chat *c, enum toolcall_format fmt,
+                     struct perr *e);
+
 #endif

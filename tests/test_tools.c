@@ -312,6 +312,8 @@ static void test_tools_request_fields_checked(void **state)
          "\"function\",\"function\":{\"name\":\"bad name\"}}]}",
          "tools", "tools[0].function.name"},
         {ASK ",\"parallel_tool_calls\":1}", "parallel_tool_calls", "boolean"},
+        {ASK ",\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}",
+         "tool_choice", "cannot be combined"},
         {"{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "messages", "wizard"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_format\":\"x\"}",
          "reasoning_format", "reasoning_format"},
