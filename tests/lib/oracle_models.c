@@ -35,8 +35,10 @@ static const struct variant {
  * activations to the same Q8 grids, but a last-bit difference upstream moves the odd
  * element across a rounding boundary, a step of 1/127 of the block's largest value, and
  * such steps add up through the layers; on these peaked models (logits spread about 6
- * nats) that is a few hundredths of a nat on average and a few tenths at worst. A broken
- * norm, RoPE, scale or kernel moves them by whole nats. */
+ * nats) that is a few hundredths of a nat on average and a few tenths at worst, as much
+ * between kiln's own kernel sets as between kiln and llama.cpp (measured over the 135
+ * models: worst 0.47 nats with the AVX-512 kernels, 0.40 AVX2, 0.54 scalar; worst model
+ * mean 0.103). A broken norm, RoPE, scale or kernel moves them by whole nats. */
 static const struct {
     const char *name;
     struct oracle_tol tol;
@@ -44,10 +46,18 @@ static const struct {
     {"f32", {0.02, 0.005}},
     {"f16", {0.05, 0.01}},
     {"bf16", {0.2, 0.05}},
-    {"q8_0", {0.4, 0.1}},
-    {"q4_0", {0.4, 0.1}},
-    {"q4_k", {0.4, 0.1}},
-    {"q6_k", {0.4, 0.1}},
+    {"q8_0", {0.6, 0.15}},
+    {"q4_0", {0.6, 0.15}},
+    {"q4_k", {0.6, 0.15}},
+    {"q6_k", {0.6, 0.15}},
+    {"q4_1", {0.6, 0.15}},
+    {"q5_0", {0.6, 0.15}},
+    {"q5_1", {0.6, 0.15}},
+    {"iq4_nl", {0.6, 0.15}},
+    {"q2_k", {0.7, 0.15}},
+    {"q3_k", {0.7, 0.15}},
+    {"q5_k", {0.6, 0.15}},
+    {"iq4_xs", {0.6, 0.15}},
 };
 
 #define N_VARIANTS ((int)(sizeof(variants) / sizeof(variants[0])))
