@@ -50,6 +50,7 @@ void tokenizer_destroy(struct tokenizer *t)
     tok_pair_map_free(&t->merges);
     tok_pre_destroy(t->pre);
     free(t->specials);
+    free(t->trie);
     free(t->eog);
     free(t);
 }
@@ -175,19 +176,6 @@ static int load_vocab(struct tokenizer *t, const struct gguf *g, char *err, size
     return tok_text_map_build(&t->by_text, t);
 }
 
-static int cmp_special(const void *a, const void *b, void *arg)
-{
-    const struct tokenizer *t = arg;
-    const struct tok_special *x = a, *y = b;
-    unsigned char fx = (unsigned char)t->text_pool[t->text_off[x->id]];
-    unsigned char fy = (unsigned char)t->text_pool[t->text_off[y->id]];
-    if (fx != fy)
-        return fx < fy ? -1 : 1;
-    if (x->len != y->len)
-        return x->len > y->len ? -1 : 1; /* longest first */
-    return x->id < y->id ? -1 : x->id > y->id;
-}
-
 /* A user-defined token that reads like a turn marker or ends generation is a control token
  * in effect (llama.cpp overrides such types too): matched in raw text it would let a client
  * forge "<|im_end|>" or "<|eot_id|>". */
@@ -228,8 +216,39 @@ static bool is_special_type(uint8_t type)
            type == TOK_TYPE_UNKNOWN;
 }
 
-/* The splitter's table: control, user-defined and unknown tokens, by first byte, longest
- * first (llama.cpp's special-token cache). */
+/* The trie of the n specials' texts. Specials are in id order, so of two with one text the
+ * lower id is kept (as the sorted table before it did). */
+static int trie_build(struct tokenizer *t, size_t n)
+{
+    size_t cap = 1, used = 1;
+    for (size_t k = 0; k < n; k++)
+        cap += t->specials[k].len;
+    if (!(t->trie = calloc(cap, sizeof(*t->trie))))
+        return -ENOMEM;
+    memset(t->trie_root, 0, sizeof(t->trie_root));
+    for (size_t k = 0; k < n; k++) {
+        uint32_t len;
+        const unsigned char *s = (const unsigned char *)tok_text(t, t->specials[k].id, &len);
+        uint32_t *link = &t->trie_root[s[0]], node = 0;
+        for (uint32_t j = 0; j < len; j++) {
+            if (j > 0)
+                link = &t->trie[node].child;
+            while (*link && t->trie[*link].byte != s[j])
+                link = &t->trie[*link].sibling;
+            if (!*link) {
+                t->trie[used].byte = s[j];
+                *link = (uint32_t)used++;
+            }
+            node = *link;
+        }
+        if (!t->trie[node].special)
+            t->trie[node].special = (uint32_t)k + 1;
+    }
+    return 0;
+}
+
+/* The splitter's table: control, user-defined and unknown tokens (llama.cpp's special-token
+ * cache), as a trie. */
 static int load_specials(struct tokenizer *t, const struct gguf *g)
 {
     long marked[4] = {t->bos, t->eos, get_id(g, "tokenizer.ggml.eot_token_id", -1, t->n_vocab),
@@ -265,15 +284,7 @@ static int load_specials(struct tokenizer *t, const struct gguf *g)
             .id = i, .len = len, .strip = strip_of(t, i, phi3), .always = always};
         t->n_always += always;
     }
-    qsort_r(t->specials, n, sizeof(*t->specials), cmp_special, t);
-    size_t k = 0;
-    for (unsigned b = 0; b < 256; b++) {
-        t->special_start[b] = (uint32_t)k;
-        while (k < n && (unsigned char)t->text_pool[t->text_off[t->specials[k].id]] == b)
-            k++;
-    }
-    t->special_start[256] = (uint32_t)k;
-    return 0;
+    return trie_build(t, n);
 }
 
 static void add_eog(struct tokenizer *t, long id)
@@ -385,14 +396,22 @@ static int encode_plain(const struct tokenizer *t, const char *text, size_t len,
 static const struct tok_special *match_special(const struct tokenizer *t, const char *text,
                                                size_t len, size_t limit)
 {
-    unsigned char b = (unsigned char)text[0];
-    for (uint32_t k = t->special_start[b]; k < t->special_start[b + 1]; k++) {
-        const struct tok_special *s = &t->specials[k];
-        if (s->len <= (s->always ? len : limit) &&
-            memcmp(t->text_pool + t->text_off[s->id], text, s->len) == 0)
-            return s;
+    const struct tok_special *best = NULL;
+    uint32_t node = t->trie_root[(unsigned char)text[0]];
+    for (size_t depth = 1; node; depth++) {
+        uint32_t k = t->trie[node].special;
+        if (k) {
+            const struct tok_special *s = &t->specials[k - 1];
+            if (depth <= (s->always ? len : limit))
+                best = s;
+        }
+        if (depth >= len)
+            break;
+        unsigned char b = (unsigned char)text[depth];
+        for (node = t->trie[node].child; node && t->trie[node].byte != b;)
+            node = t->trie[node].sibling;
     }
-    return NULL;
+    return best;
 }
 
 long tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, unsigned flags,

@@ -46,6 +46,16 @@ struct tok_pair_map {
 
 struct tok_pre; /* compiled pre-tokenizer regexes (tokenizer_pre.c) */
 
+/* A byte trie over the special tokens' texts, so the splitter finds the longest special text
+ * at a position in one walk, however many specials share a first byte (Gemma's thousands of
+ * <unusedN> and HTML tokens). Children are a singly linked list of siblings. */
+struct tok_trie_node {
+    uint32_t child;   /* first child, 0: none */
+    uint32_t sibling; /* next sibling, 0: none */
+    uint32_t special; /* 1 + index in specials of the token ending here, 0: none */
+    unsigned char byte;
+};
+
 /* How a special token treats the whitespace around it in the input (llama.cpp's token
  * attributes): LSTRIP eats the whitespace before it, RSTRIP the whitespace after it. */
 #define TOK_STRIP_L 1u
@@ -87,8 +97,9 @@ struct tokenizer {
 
     /* Special tokens, grouped by first byte; each group longest first. */
     struct tok_special *specials;
-    uint32_t special_start[257]; /* group of byte b: [special_start[b], special_start[b+1]) */
-    size_t n_always;             /* how many specials are matched without PARSE_SPECIAL */
+    struct tok_trie_node *trie; /* the specials' texts; node 0 is the root */
+    uint32_t trie_root[256];    /* the root's child for each first byte, 0: none */
+    size_t n_always;            /* how many specials are matched without PARSE_SPECIAL */
 
     long bos, eos, unk;
     bool add_bos, add_eos;
