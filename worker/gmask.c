@@ -15,6 +15,7 @@
 
 #define GMASK_MAX_PIECE 256 /* longer token texts are never allowed under a grammar */
 #define NIL             UINT32_MAX
+#define GMASK_ARENA_NODES (1u << 17) /* a sequence's matcher: stack nodes */
 
 struct tnode {
     uint32_t first_child, next_sibling;
@@ -42,6 +43,44 @@ struct mask_entry {
     uint32_t n_allowed;
 };
 
+/* A walk's memo of steps: trans[sid][byte] is the state a byte leads to from kept state sid
+ * (0: not stepped yet, 1: refused, 2: taken but not kept, sid + 3). States equal by
+ * grammar_state_key share one sid, so inside a string every trie node at one depth is in one
+ * state and a walk over the whole vocabulary steps the matcher about once per (depth, byte).
+ * Kept states stay in the matcher's arena until the walk ends; past memo_room nodes, or
+ * MEMO_STATES states, the walk steps and rolls back without keeping. */
+#define MEMO_STATES 1024u
+#define MEMO_KEYS   4096u
+#define NO_SID      UINT32_MAX
+
+struct memo {
+    uint32_t trans[MEMO_STATES * 256];
+    struct grammar_state st[MEMO_STATES];
+    uint64_t skey[MEMO_KEYS]; /* a kept state's grammar_state_key | 1, 0: empty */
+    uint32_t ssid[MEMO_KEYS];
+    uint32_t n_st;
+};
+
+/* The sid of a kept state with this key, else UINT32_MAX with *slot free for it. */
+static uint32_t memo_same(struct memo *mm, uint64_t key, uint32_t *slot)
+{
+    uint32_t h = (uint32_t)(key >> 17) & (MEMO_KEYS - 1);
+
+    key |= 1;
+    while (mm->skey[h] && mm->skey[h] != key)
+        h = (h + 1) & (MEMO_KEYS - 1);
+    *slot = h;
+    return mm->skey[h] == key ? mm->ssid[h] : UINT32_MAX;
+}
+
+/* The trie as the walk reads it: node i's children are ct[first .. first + n), in
+ * breadth-first order, so siblings are adjacent in memory. */
+struct cnode {
+    uint32_t first, tok;
+    uint16_t n;
+    uint8_t byte;
+};
+
 struct gmask {
     uint32_t n_vocab, n_words; /* words of 64 bits per mask */
     uint32_t eos[16], n_eos;
@@ -58,6 +97,9 @@ struct gmask {
     uint64_t *masks;            /* (n_entries, n_words) */
     uint32_t n_entries;
     uint64_t walks, hits;
+    struct memo *memo;    /* a walk's scratch */
+    struct cnode *ct;     /* (n_trie) the trie in breadth-first order */
+    uint32_t memo_room;   /* arena nodes below which a walk keeps memoised states */
 };
 
 static int trie_insert(struct gmask *gm, const unsigned char *p, size_t n, uint32_t tok,
@@ -93,6 +135,35 @@ static int trie_insert(struct gmask *gm, const unsigned char *p, size_t n, uint3
     return 0;
 }
 
+/* The breadth-first copy of the linked trie: a queue of old ids, children appended together */
+static int build_ct(struct gmask *gm)
+{
+    uint32_t *queue = malloc((size_t)gm->n_trie * sizeof(*queue)), head = 0, tail = 1;
+
+    gm->ct = malloc((size_t)gm->n_trie * sizeof(*gm->ct));
+    if (!queue || !gm->ct) {
+        free(queue);
+        return -ENOMEM;
+    }
+    queue[0] = 0;
+    gm->ct[0] = (struct cnode){.tok = gm->trie[0].tok};
+    while (head < tail) {
+        uint32_t u = queue[head], nu = head++;
+
+        gm->ct[nu].first = tail;
+        gm->ct[nu].n = 0;
+        for (uint32_t c = gm->trie[u].first_child; c != NIL; c = gm->trie[c].next_sibling) {
+            gm->ct[tail] = (struct cnode){.tok = gm->trie[c].tok, .byte = gm->trie[c].byte};
+            queue[tail++] = c;
+            gm->ct[nu].n++;
+        }
+    }
+    free(queue);
+    free(gm->trie); /* the linked form is not needed any more */
+    gm->trie = NULL;
+    return 0;
+}
+
 struct gmask *gmask_create(const struct tokenizer *tok, uint32_t n_vocab, const uint32_t *eos,
                            uint32_t n_eos, uint32_t max_grammars)
 {
@@ -116,7 +187,9 @@ struct gmask *gmask_create(const struct tokenizer *tok, uint32_t n_vocab, const 
     gm->gs = calloc(gm->max_grammars, sizeof(*gm->gs));
     gm->entries = calloc(gm->n_entries, sizeof(*gm->entries));
     gm->masks = calloc((size_t)gm->n_entries * gm->n_words, sizeof(*gm->masks));
-    if (!gm->trie || !gm->tok_next || !gm->gs || !gm->entries || !gm->masks)
+    gm->memo = malloc(sizeof(*gm->memo));
+    gm->memo_room = GMASK_ARENA_NODES / 2;
+    if (!gm->memo || !gm->trie || !gm->tok_next || !gm->gs || !gm->entries || !gm->masks)
         goto fail;
     gm->trie[0] = (struct tnode){.first_child = NIL, .next_sibling = NIL, .tok = NIL};
     gm->n_trie = 1;
@@ -151,6 +224,8 @@ struct gmask *gmask_create(const struct tokenizer *tok, uint32_t n_vocab, const 
             goto fail;
     }
     gm->piece_off[n_vocab] = (uint32_t)total;
+    if (build_ct(gm) < 0)
+        goto fail;
     return gm;
 fail:
     gmask_destroy(gm);
@@ -172,6 +247,8 @@ void gmask_destroy(struct gmask *gm)
     free(gm->piece_off);
     free(gm->entries);
     free(gm->masks);
+    free(gm->memo);
+    free(gm->ct);
     free(gm);
 }
 
@@ -231,7 +308,7 @@ struct gmask_seq *gmask_seq_create(void)
 
     if (!s)
         return NULL;
-    if (!(s->m = grammar_matcher_create(0))) {
+    if (!(s->m = grammar_matcher_create(GMASK_ARENA_NODES))) {
         free(s);
         return NULL;
     }
@@ -254,30 +331,79 @@ int gmask_seq_start(struct gmask *gm, struct gmask_seq *s, struct gmask_grammar 
     return grammar_matcher_start(s->m, g->g);
 }
 
-/* Set the bits of every token under trie node t whose bytes the grammar takes from state in. */
+/* Set the bits of every token under trie node t whose bytes the grammar takes from state in
+ * (kept as sid, or NO_SID). */
 static int walk(struct gmask *gm, struct grammar_matcher *m, uint32_t t,
-                const struct grammar_state *in, bool strip, uint64_t *mask, uint32_t *n)
+                const struct grammar_state *in, uint32_t sid, bool strip, uint64_t *mask,
+                uint32_t *n)
 {
-    for (uint32_t c = gm->trie[t].first_child; c != NIL; c = gm->trie[c].next_sibling) {
+    const struct cnode *ct = gm->ct;
+    struct memo *mm = gm->memo;
+    uint32_t *row = sid != NO_SID ? mm->trans + (size_t)sid * 256 : NULL;
+
+    for (uint32_t c = ct[t].first; c < ct[t].first + ct[t].n; c++) {
         struct grammar_mark k = grammar_mark(m);
         struct grammar_state next;
+        const struct grammar_state *to = &next;
+        uint32_t csid = NO_SID, v;
+        uint8_t b = ct[c].byte;
+        bool rolled = true;
         int rc;
 
-        if (strip && gm->trie[c].byte == ' ') {
-            next = *in; /* the leading space the detokenizer drops */
+        if (strip && b == ' ') {
+            to = in; /* the leading space the detokenizer drops */
+            csid = sid;
             rc = 1;
-        } else if ((rc = grammar_step(m, in, gm->trie[c].byte, &next)) < 0) {
+            rolled = sid == NO_SID; /* states kept below must outlive this child */
+        } else if (row) {
+            v = row[b];
+            rc = 1;
+            if (v == 0) {
+                if ((rc = grammar_step(m, in, b, &next)) < 0)
+                    return rc;
+                v = rc > 0 ? 2 : 1;
+                if (rc > 0 && mm->n_st < MEMO_STATES && k.nodes < gm->memo_room) {
+                    uint32_t slot, same = memo_same(mm, grammar_state_key(m, &next), &slot);
+
+                    if (same != UINT32_MAX) {
+                        v = same + 3; /* an equal state is kept: this step's nodes go */
+                    } else {
+                        mm->skey[slot] = grammar_state_key(m, &next) | 1;
+                        mm->ssid[slot] = mm->n_st;
+                        mm->st[mm->n_st] = next;
+                        memset(mm->trans + (size_t)mm->n_st * 256, 0, 256 * sizeof(uint32_t));
+                        v = mm->n_st++ + 3;
+                        rolled = false; /* kept for the rest of the walk */
+                    }
+                }
+                row[b] = v;
+            } else if (v == 2 && (rc = grammar_step(m, in, b, &next)) < 0) {
+                return rc;
+            }
+            if (v == 1) {
+                rc = 0;
+            } else if (v >= 3) {
+                csid = v - 3;
+                to = &mm->st[csid];
+                rc = 1;
+                if (rolled) { /* nothing this child adds is needed below */
+                    grammar_rollback(m, k);
+                    rolled = false;
+                }
+            }
+        } else if ((rc = grammar_step(m, in, b, &next)) < 0) {
             return rc;
         }
         if (rc > 0) {
-            for (uint32_t id = gm->trie[c].tok; id != NIL; id = gm->tok_next[id]) {
+            for (uint32_t id = ct[c].tok; id != NIL; id = gm->tok_next[id]) {
                 mask[id >> 6] |= 1ull << (id & 63);
                 (*n)++;
             }
-            if (gm->trie[c].first_child != NIL && (rc = walk(gm, m, c, &next, false, mask, n)) < 0)
+            if (ct[c].n && (rc = walk(gm, m, c, to, csid, false, mask, n)) < 0)
                 return rc;
         }
-        grammar_rollback(m, k);
+        if (rolled)
+            grammar_rollback(m, k);
     }
     return 0;
 }
@@ -304,7 +430,15 @@ long gmask_apply(struct gmask *gm, struct gmask_seq *s, float *logits)
 
         memset(mask, 0, (size_t)gm->n_words * sizeof(*mask));
         e->key = 0;
-        if (!grammar_state_must_end(st) && (rc = walk(gm, s->m, 0, st, strip, mask, &n)) < 0)
+        struct grammar_mark k0 = grammar_mark(s->m);
+
+        memset(gm->memo->skey, 0, sizeof(gm->memo->skey));
+        memset(gm->memo->trans, 0, 256 * sizeof(uint32_t));
+        gm->memo->st[0] = *st;
+        gm->memo->n_st = 1;
+        rc = grammar_state_must_end(st) ? 0 : walk(gm, s->m, 0, st, 0, strip, mask, &n);
+        grammar_rollback(s->m, k0);
+        if (rc < 0)
             return rc;
         if (grammar_state_can_end(st)) {
             for (uint32_t k = 0; k < gm->n_eos; k++) {
