@@ -318,9 +318,10 @@ function requestBody(conv) {
   if (s.system.trim()) messages.push({ role: 'system', content: s.system });
   for (const m of conv.messages) {
     if (m.pending) continue;
-    if (m.role === 'assistant' && !m.content && !(m.tool_calls && m.tool_calls.length)) continue;
-    const out = { role: m.role, content: m.content };
-    messages.push(out);
+    // an answer that was only reasoning or tool calls (the page runs no tools) adds nothing
+    // the model could use: it is left out, as is its reasoning
+    if (m.role === 'assistant' && !m.content) continue;
+    messages.push({ role: m.role, content: m.content });
   }
   const body = {
     messages,

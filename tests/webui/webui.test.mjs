@@ -112,6 +112,36 @@ describe('on the mock (markdown reply, 8 ms per token, faults on)', () => {
     await page.close();
   });
 
+  test('keyboard: Shift+Enter breaks the line, Enter sends, Escape stops; every control is labelled', async () => {
+    const { page, seen } = await openPage(browser.context, kiln);
+    await page.locator('#new-chat').click();
+    const input = page.locator('#input');
+    await input.focus();
+    await page.keyboard.type('line one');
+    await page.keyboard.press('Shift+Enter');
+    await page.keyboard.type('line two');
+    assert.equal(await input.inputValue(), 'line one\nline two');
+    assert.equal(await page.locator('.msg').count(), 0, 'nothing sent yet');
+    await page.keyboard.press('Enter');
+    await page.waitForFunction(() => {
+      const m = [...document.querySelectorAll('.msg.assistant')].pop();
+      return m && m.querySelector('.content').textContent.length > 3;
+    }, null, { timeout: 15000 });
+    assert.equal(await page.locator('.msg.user .content').textContent(), 'line one\nline two');
+    await page.keyboard.press('Escape');
+    await page.locator('#send').waitFor();
+    assert.match(await assistant(page).locator('.stats').textContent(), /stopped/);
+    // every button, field and list has a name a screen reader can say
+    const unnamed = await page.evaluate(() => [...document.querySelectorAll('button, input, textarea, select')]
+      .filter((el) => el.offsetParent !== null || el.closest('dialog'))
+      .filter((el) => !(el.getAttribute('aria-label') || (el.labels && el.labels.length) ||
+        el.textContent.trim()))
+      .map((el) => el.outerHTML.slice(0, 80)));
+    assert.deepEqual(unnamed, []);
+    clean(seen);
+    await page.close();
+  });
+
   test('Stop ends the stream and /health shows the slot free', async () => {
     const { page, seen } = await openPage(browser.context, kiln);
     await send(page, 'A long answer, please');
@@ -381,6 +411,43 @@ describe('the picture in the README', () => {
     assert.equal(await assistant(page).locator('.content table tr').count(), 4);
     await until(async () => / 0 running/.test(await page.locator('#health').textContent()), 10000, 'health');
     await shot(page, 'readme.png');
+    clean(seen);
+    await page.close();
+  });
+});
+
+describe('reasoning and tool calls', () => {
+  let kiln;
+  before(async () => {
+    kiln = await startKiln(['--model', 'mock', '--mock-delay-ms', '2', '--mock-reply',
+      '<think>The user wants the weather; the tool knows it.</think>Let me look that up.' +
+      '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>']);
+  });
+  after(async () => { await kiln?.stop(); });
+
+  test('reasoning_content is shown folded and tool calls as such', async () => {
+    const { page, seen } = await openPage(browser.context, kiln);
+    // the page defines no tools; a client that did would get calls back: add one on the way
+    await page.route('**/v1/chat/completions', (route) => {
+      const body = JSON.parse(route.request().postData());
+      body.tools = [{ type: 'function', function: { name: 'get_weather',
+        parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
+      return route.continue({ postData: JSON.stringify(body) });
+    });
+    await send(page, 'What is the weather in Paris?');
+    await answered(page);
+    const a = assistant(page);
+    const details = a.locator('details.reasoning');
+    assert.equal(await details.isVisible(), true);
+    assert.equal(await details.getAttribute('open'), null, 'folded');
+    assert.equal(await a.locator('.reasoning-text').isVisible(), false);
+    await details.locator('summary').click();
+    assert.equal(await a.locator('.reasoning-text').textContent(),
+      'The user wants the weather; the tool knows it.');
+    assert.equal(await a.locator('.tool-call .tool-head').textContent(), 'Tool call: get_weather');
+    assert.deepEqual(JSON.parse(await a.locator('.tool-call pre').textContent()), { city: 'Paris' });
+    assert.equal((await a.locator('.content').textContent()).trim(), 'Let me look that up.');
+    await shot(page, 'reasoning-tools.png');
     clean(seen);
     await page.close();
   });
