@@ -50,9 +50,11 @@ char *api_chat_render_family(const struct chat_template *t, enum toolcall_format
                              const struct api_chat *c, struct tokenizer_span **spans,
                              size_t *n_spans, struct perr *e);
 
-/* tool_choice "required" or a named function (else nothing): set r->grammar to one call in
- * fmt's markup (hermes, llama3, mistral, granite; other formats are left unconstrained) to
- * one of c's tools (the named one), its arguments valid against the tool's parameters.
+/* tool_choice "required" or a named function: set r->grammar to one call in fmt's markup
+ * (hermes, llama3, mistral, granite; other formats are left unconstrained) to one of c's
+ * tools (the named one), its arguments valid against the tool's parameters. "auto" with a
+ * "strict": true tool (and no grammar already set): text without the format's call marker,
+ * then optionally one such call (a non-strict tool's arguments any object). Else nothing.
  * Returns 0, -EINVAL with e set (a 400: a schema the converter refuses, or a grammar already
  * asked for by response_format/grammar/json_schema) or -ENOMEM. */
 struct request;

@@ -104,12 +104,54 @@ static void test_auto_and_unconstrained_formats_make_no_grammar(void **state)
     assert_int_equal(rc, 0);
 }
 
+#define STRICT_TOOLS "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"," \
+                     "\"strict\":true,\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":" \
+                     "{\"type\":\"string\"}},\"required\":[\"city\"],\"additionalProperties\":false}}}," \
+                     "{\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"parameters\":" \
+                     "{\"type\":\"object\",\"properties\":{\"tz\":{\"type\":\"string\"}}}}}]"
+
+static void test_strict_tool_under_auto_allows_text_or_a_valid_call(void **state)
+{
+    (void)state;
+    int rc;
+    struct grammar *g = grammar_for("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                                    "\"tools\":" STRICT_TOOLS "}",
+                                    TOOLCALL_FORMAT_HERMES, &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(g);
+    assert_true(accepts(g, "The weather is fine."));
+    assert_true(accepts(g, ""));
+    assert_true(accepts(g, "a < b, <tool and <tool_cal are text"));
+    assert_true(accepts(g, "Let me look.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                           "{\"city\": \"Paris\"}}\n</tool_call>"));
+    /* the strict tool's arguments must fit; the other tool's may be any object */
+    assert_false(accepts(g, "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"town\":\"X\"}}"
+                            "\n</tool_call>"));
+    assert_true(accepts(g, "<tool_call>\n{\"name\":\"get_time\",\"arguments\":{\"zone\":1}}"
+                           "\n</tool_call>"));
+    /* the marker never appears in text that is not a valid call */
+    assert_false(accepts(g, "see <tool_call> here"));
+    assert_false(accepts(g, "<<tool_call>"));
+    grammar_destroy(g);
+    g = grammar_for("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":" STRICT_TOOLS
+                    "}",
+                    TOOLCALL_FORMAT_LLAMA3, &rc);
+    assert_non_null(g);
+    assert_true(accepts(g, "It is sunny."));
+    assert_true(accepts(g, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}"));
+    assert_false(accepts(g, "{\"name\": \"get_weather\", \"parameters\": {}}"));
+    assert_false(accepts(g, "{not json"));
+    assert_false(accepts(g, "x<|python_tag|>y"));
+    grammar_destroy(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_required_accepts_one_call_to_any_tool),
         cmocka_unit_test(test_named_function_allows_only_it),
         cmocka_unit_test(test_auto_and_unconstrained_formats_make_no_grammar),
+        cmocka_unit_test(test_strict_tool_under_auto_allows_text_or_a_valid_call),
     };
     return cmocka_run_group_tests_name("api_tool_grammar", tests, NULL, NULL);
 }
