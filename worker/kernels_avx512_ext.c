@@ -95,10 +95,10 @@ static AI void tile_b32(const char *w, const enum b32_kind kind, const char *x, 
 {
     const int sgn = kind == B32_Q5_0 || kind == B32_IQ4_NL;
     const __m512i ones8 = _mm512_set1_epi8(1);
-    __m512 acc[4];
+    __m512 acc[4], accm[4]; /* the mins in a chain of their own */
     _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
-        acc[k] = _mm512_setzero_ps();
+        acc[k] = accm[k] = _mm512_setzero_ps();
     for (int i = 0; i < nb; i += 2) {
         int two = i + 1 < nb;
         uint16_t d0, m0, d1 = 0, m1 = 0;
@@ -123,13 +123,13 @@ static AI void tile_b32(const char *w, const enum b32_kind kind, const char *x, 
                 __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, qx);
                 __m512i sx = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones8, qx);
                 acc[k] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(p), acc[k]);
-                acc[k] = _mm512_fmadd_ps(_mm512_mul_ps(mw, dx), _mm512_cvtepi32_ps(sx), acc[k]);
+                accm[k] = _mm512_fmadd_ps(_mm512_mul_ps(mw, dx), _mm512_cvtepi32_ps(sx), accm[k]);
             }
         }
     }
     _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
-        y[k * ys] = hsum16(acc[k]);
+        y[k * ys] = hsum16(_mm512_add_ps(acc[k], accm[k]));
 }
 
 /* int16 scale vectors for 64 elements at 16 per sub-block: vector j gets sub-blocks
@@ -295,9 +295,19 @@ static AI void tile_iq4_xs(const struct quant_block_iq4_xs *w, const char *x, si
             q[u] = _mm512_shuffle_epi8(table, nib);
             aq[u] = _mm512_abs_epi8(q[u]);
             neg[u] = _mm512_movepi8_mask(q[u]);
-            int l0 = quant_iq4_xs_scale(&w[i], 2 * u) - 32, l1 = quant_iq4_xs_scale(&w[i], 2 * u + 1) - 32;
-            scv[u] = join(_mm256_set1_epi16((short)l0), _mm256_set1_epi16((short)l1));
         }
+        /* the 8 scales as int16 minus 32: low nibbles of scales_l, two bits each of scales_h */
+        int16_t l16[8];
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < 8; j++)
+            l16[j] = (int16_t)((((w[i].scales_l[j / 2] >> (4 * (j % 2))) & 15) |
+                                ((w[i].scales_h >> (2 * j)) & 3) << 4) - 32);
+        __m512i ls512 = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)l16));
+        _Pragma("GCC unroll 4")
+        for (int u = 0; u < 4; u++)
+            scv[u] = _mm512_permutexvar_epi16(join(_mm256_set1_epi16((short)(2 * u)),
+                                                   _mm256_set1_epi16((short)(2 * u + 1))),
+                                              ls512);
         float d = _cvtsh_ss(w[i].d);
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
