@@ -65,63 +65,90 @@ static AI __m256i iq4_table(void)
 
 enum b32_kind { B32_Q4_1, B32_Q5_0, B32_Q5_1, B32_IQ4_NL };
 
-/* One weight row of nb 32-element blocks against S Q8_0 activations. Signed weights (Q5_0,
- * IQ4_NL): the sign moves onto x so maddubs sees |w|. Unsigned ones with a min (Q4_1, Q5_1):
- * maddubs(q, x) for d and maddubs(1, x) for the block sum the min multiplies. */
+/* Block i of a 32-element type: its 32 codes as bytes (signed for Q5_0/IQ4_NL, unsigned
+ * for Q4_1/Q5_1), its scale and min. */
+static AI __m256i b32_decode(const char *w, const enum b32_kind kind, int i, float *d, float *m)
+{
+    if (kind == B32_Q4_1) {
+        const struct quant_block_q4_1 *b = (const struct quant_block_q4_1 *)w + i;
+        *d = f16(b->d);
+        *m = f16(b->m);
+        return nibbles(b->qs);
+    }
+    if (kind == B32_Q5_1) {
+        const struct quant_block_q5_1 *b = (const struct quant_block_q5_1 *)w + i;
+        *d = f16(b->d);
+        *m = f16(b->m);
+        return _mm256_or_si256(nibbles(b->qs), high_bits(b->qh));
+    }
+    *m = 0.0f;
+    if (kind == B32_Q5_0) {
+        const struct quant_block_q5_0 *b = (const struct quant_block_q5_0 *)w + i;
+        *d = f16(b->d);
+        return _mm256_sub_epi8(_mm256_or_si256(nibbles(b->qs), high_bits(b->qh)),
+                               _mm256_set1_epi8(16));
+    }
+    const struct quant_block_iq4_nl *b = (const struct quant_block_iq4_nl *)w + i;
+    *d = f16(b->d);
+    return _mm256_shuffle_epi8(iq4_table(), nibbles(b->qs));
+}
+
+/* Block i's contribution for one sequence. Signed weights (Q5_0, IQ4_NL): the sign moves
+ * onto x so maddubs sees |w|, into acc. Unsigned ones with a min (Q4_1, Q5_1): maddubs(q, x)
+ * for d into acc and maddubs(1, x), the block sum the min multiplies, into accm (its own
+ * chain, so the two FMAs do not wait on each other). */
+static AI void b32_step(const enum b32_kind kind, __m256i q, __m256i aq, float dw, float mw,
+                        const struct quant_block_q8_0 *a, __m256 *acc, __m256 *accm)
+{
+    const __m256i ones = _mm256_set1_epi16(1), ones8 = _mm256_set1_epi8(1);
+    __m256i qx = _mm256_loadu_si256((const __m256i *)a->qs);
+    float dx = f16(a->d);
+    if (kind == B32_Q5_0 || kind == B32_IQ4_NL) {
+        __m256i p = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(qx, q));
+        *acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx),
+                               _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), *acc);
+    } else {
+        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, qx), ones);
+        __m256i sx = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, qx), ones);
+        *acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(p), *acc);
+        *accm = _mm256_fmadd_ps(_mm256_set1_ps(mw * dx), _mm256_cvtepi32_ps(sx), *accm);
+    }
+}
+
+/* One weight row of nb 32-element blocks against S Q8_0 activations, two blocks a step:
+ * even blocks in acc0, odd ones in acc1 (mins in accm, accm1), independent FMA chains. */
 static AI void tile_b32(const char *w, const enum b32_kind kind, const char *x, size_t xs,
                         int nb, const int S, float *y, size_t ys)
 {
-    const __m256i ones = _mm256_set1_epi16(1), ones8 = _mm256_set1_epi8(1);
     const int sgn = kind == B32_Q5_0 || kind == B32_IQ4_NL;
-    __m256 acc[4];
+    __m256 acc0[4], acc1[4], accm[4], accm1[4];
     _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
-        acc[k] = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        __m256i q, aq = _mm256_setzero_si256();
-        float dw, mw = 0.0f;
-        if (kind == B32_Q4_1) {
-            const struct quant_block_q4_1 *b = (const struct quant_block_q4_1 *)w + i;
-            q = nibbles(b->qs);
-            dw = f16(b->d);
-            mw = f16(b->m);
-        } else if (kind == B32_Q5_1) {
-            const struct quant_block_q5_1 *b = (const struct quant_block_q5_1 *)w + i;
-            q = _mm256_or_si256(nibbles(b->qs), high_bits(b->qh));
-            dw = f16(b->d);
-            mw = f16(b->m);
-        } else if (kind == B32_Q5_0) {
-            const struct quant_block_q5_0 *b = (const struct quant_block_q5_0 *)w + i;
-            q = _mm256_sub_epi8(_mm256_or_si256(nibbles(b->qs), high_bits(b->qh)),
-                                _mm256_set1_epi8(16));
-            dw = f16(b->d);
-        } else {
-            const struct quant_block_iq4_nl *b = (const struct quant_block_iq4_nl *)w + i;
-            q = _mm256_shuffle_epi8(iq4_table(), nibbles(b->qs));
-            dw = f16(b->d);
-        }
-        if (sgn)
-            aq = _mm256_abs_epi8(q);
+        acc0[k] = acc1[k] = accm[k] = accm1[k] = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        float d0, m0, d1, m1;
+        __m256i q0 = b32_decode(w, kind, i, &d0, &m0), q1 = b32_decode(w, kind, i + 1, &d1, &m1);
+        __m256i a0 = sgn ? _mm256_abs_epi8(q0) : q0, a1 = sgn ? _mm256_abs_epi8(q1) : q1;
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_0 *a = (const struct quant_block_q8_0 *)(x + k * xs) + i;
-            __m256i qx = _mm256_loadu_si256((const __m256i *)a->qs);
-            float dx = f16(a->d);
-            if (sgn) {
-                __m256i p = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(qx, q));
-                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx),
-                                         _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), acc[k]);
-            } else {
-                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, qx), ones);
-                __m256i sx = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, qx), ones);
-                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(p), acc[k]);
-                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(mw * dx), _mm256_cvtepi32_ps(sx), acc[k]);
-            }
+            b32_step(kind, q0, a0, d0, m0, a, &acc0[k], &accm[k]);
+            b32_step(kind, q1, a1, d1, m1, a + 1, &acc1[k], &accm1[k]);
         }
+    }
+    if (i < nb) {
+        float d0, m0;
+        __m256i q0 = b32_decode(w, kind, i, &d0, &m0), a0 = sgn ? _mm256_abs_epi8(q0) : q0;
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++)
+            b32_step(kind, q0, a0, d0, m0, (const struct quant_block_q8_0 *)(x + k * xs) + i,
+                     &acc0[k], &accm[k]);
     }
     _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
-        y[k * ys] = hsum8(acc[k]);
+        y[k * ys] = hsum8(_mm256_add_ps(_mm256_add_ps(acc0[k], acc1[k]),
+                                        _mm256_add_ps(accm[k], accm1[k])));
 }
 
 /* Q2_K: vector v = 4n + j holds elements 32v..32v+31 (bits 2j of qs[32n..]), which are
