@@ -14,7 +14,9 @@
 #include "hash.h"
 
 #define GRAMMAR_MAX_REPEAT 4096u  /* the largest m or n of x{m,n} */
-#define GRAMMAR_MAX_SYMS   (1u << 22)
+#define GRAMMAR_MAX_SYMS   (1u << 20)
+#define GRAMMAR_MAX_RULES  (1u << 16)
+#define GRAMMAR_MAX_CHAIN  4096   /* rules that start one another, nested */
 #define GRAMMAR_MAX_DEPTH  256    /* nested groups */
 
 /* A growable array of uint32_t (also used for symbol pairs) */
@@ -111,6 +113,8 @@ static int new_rule(struct parser *p, size_t at)
 {
     uint32_t line, col;
 
+    if (p->n_rules >= GRAMMAR_MAX_RULES)
+        return fail_at(p, at, "the grammar needs more than %u rules", GRAMMAR_MAX_RULES);
     if (p->n_rules == p->cap_rules) {
         uint32_t cap = p->cap_rules ? 2 * p->cap_rules : 32;
         struct grule *r = realloc(p->rules, (size_t)cap * sizeof(*r));
@@ -770,15 +774,17 @@ static int left_cycle(const struct grammar *g, uint32_t r, uint8_t *colour, uint
 {
     if (colour[r] == 1)
         return (int)r;
-    if (colour[r] == 2 || depth > g->n_rules)
+    if (colour[r] == 2)
         return -1;
+    if (depth > GRAMMAR_MAX_CHAIN)
+        return -2; /* too deep to check on the stack: refused */
     colour[r] = 1;
     for (uint32_t a = 0; a < g->rules[r].n; a++) {
         for (uint32_t pos = g->alts[g->rules[r].first + a]; g->syms[pos].kind == GSYM_RULE;
              pos++) {
             int c = left_cycle(g, g->syms[pos].arg, colour, depth + 1);
 
-            if (c >= 0)
+            if (c >= 0 || c == -2)
                 return c;
             if (g->rules[g->syms[pos].arg].min_len != 0)
                 break;
@@ -816,9 +822,15 @@ static int check(struct parser *p, struct grammar *g)
     min_lengths(g);
     if (!(colour = calloc(g->n_rules, 1)))
         return oom(p);
-    for (uint32_t r = 0; r < g->n_rules && c < 0; r++)
+    for (uint32_t r = 0; r < g->n_rules && c == -1; r++)
         c = left_cycle(g, r, colour, 0);
     free(colour);
+    if (c == -2) {
+        p->failed = true;
+        snprintf(p->err, p->errlen, "line 1, column 1: rules start one another more than %d "
+                 "deep", GRAMMAR_MAX_CHAIN);
+        return -EINVAL;
+    }
     if (c >= 0) {
         const char *n = rule_name(p, (uint32_t)c);
 

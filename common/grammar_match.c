@@ -16,6 +16,8 @@
 #define NIL              UINT32_MAX
 #define MATCH_MAX_DEPTH  1024 /* nested expansions in one step */
 #define MATCH_MAX_STACKS 1024 /* live stacks in one state */
+#define MATCH_MAX_WORK   (1 << 16) /* expansion steps for one byte: a grammar whose nullable
+                                    * rules multiply the paths gives up rather than hang */
 
 struct gnode {
     uint32_t pos, parent;
@@ -30,6 +32,7 @@ struct grammar_matcher {
     uint32_t n_tops, cap_tops;
     uint32_t *remap; /* (cap_nodes) compaction scratch */
     struct grammar_state cur;
+    int work; /* expansion steps left for the current byte */
     uint8_t u8lo, u8hi; /* the committed state's first-continuation range (see below) */
 };
 
@@ -114,6 +117,8 @@ static int expand(struct grammar_matcher *m, uint32_t pos, uint32_t parent,
     if (depth > MATCH_MAX_DEPTH)
         return -E2BIG;
     for (;;) {
+        if (--m->work < 0)
+            return -E2BIG;
         const struct gsym *s = &g->syms[pos];
         uint32_t id;
         int rc;
@@ -157,6 +162,7 @@ int grammar_matcher_start(struct grammar_matcher *m, const struct grammar *g)
     m->g = g;
     m->n_nodes = 0;
     m->n_tops = 0;
+    m->work = MATCH_MAX_WORK;
     memset(&m->cur, 0, sizeof(m->cur));
     for (uint32_t a = 0; a < r->n; a++)
         if ((rc = expand(m, g->alts[r->first + a], NIL, &m->cur, 0)) < 0)
@@ -190,6 +196,7 @@ int grammar_step(struct grammar_matcher *m, const struct grammar_state *in, uint
     uint32_t val, rem, cp;
     int rc;
 
+    m->work = MATCH_MAX_WORK;
     out->off = m->n_tops;
     out->n = 0;
     out->accept = false;

@@ -51,7 +51,9 @@ struct grammar_matcher *grammar_matcher_create(uint32_t max_nodes);
 void grammar_matcher_destroy(struct grammar_matcher *m);
 
 /* Start matching g (borrowed: it must outlive the use) from its root; forgets everything
- * else. Returns 0, or -E2BIG when the start alone does not fit the matcher. */
+ * else. Returns 0, or -E2BIG when the start alone does not fit the matcher. Every start and
+ * step has a bounded budget of expansion work, so a grammar whose empty alternatives multiply
+ * the paths (x ::= "" | "" used 40 times in a row) gets -E2BIG rather than hanging. */
 int grammar_matcher_start(struct grammar_matcher *m, const struct grammar *g);
 
 /* The current (committed) state. */

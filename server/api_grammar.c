@@ -61,7 +61,16 @@ static int grammar_for(const char *key, json_t *schema, const char *gbnf, char *
         }
         if (text) {
             struct grammar *g = grammar_compile(text, n, msg, sizeof(msg));
+            struct grammar_matcher *m = g ? grammar_matcher_create(0) : NULL;
 
+            /* the start is where an explosion of empty alternatives shows first */
+            if (g && m && grammar_matcher_start(m, g) == -E2BIG) {
+                snprintf(msg, sizeof(msg), "the grammar is too ambiguous to follow (its empty "
+                                           "alternatives multiply)");
+                grammar_destroy(g);
+                g = NULL;
+            }
+            grammar_matcher_destroy(m);
             if (!g) {
                 free(text);
                 text = NULL;

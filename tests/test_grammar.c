@@ -171,6 +171,63 @@ static void test_grammar_generated_sentences_are_accepted(void **state)
     }
 }
 
+/* Hostile grammars: a blow-up of empty alternatives gives up (no hang), deep nesting and
+ * huge repetitions are refused, and random mutations of the table's grammars either compile
+ * or are refused with a message, and what compiles matches random text without harm. */
+static void test_grammar_hostile_input_is_refused_or_bounded(void **state)
+{
+    char src[8192], err[256], text[64];
+    struct grammar *g;
+    struct grammar_matcher *m = grammar_matcher_create(0);
+    uint64_t rng = 99;
+    size_t n = 0;
+
+    (void)state;
+    n += (size_t)snprintf(src + n, sizeof(src) - n, "root ::=");
+    for (int i = 0; i < 60; i++)
+        n += (size_t)snprintf(src + n, sizeof(src) - n, " e");
+    snprintf(src + n, sizeof(src) - n, " \"x\"\ne ::= \"\" | \"\" | \"\"\n");
+    g = grammar_compile(src, strlen(src), err, sizeof(err));
+    assert_non_null(g);
+    assert_int_equal(grammar_matcher_start(m, g), -E2BIG);
+    grammar_destroy(g);
+    memset(src, '(', 4000);
+    snprintf(src, sizeof(src), "root ::= ");
+    memset(src + 9, '(', 3000);
+    src[3009] = '\0';
+    assert_null(grammar_compile(src, strlen(src), err, sizeof(err)));
+    assert_non_null(strstr(err, "nested"));
+    snprintf(src, sizeof(src), "root ::= ((((\"\"{0,4000}){0,4000}){0,4000}){0,4000})");
+    assert_null(grammar_compile(src, strlen(src), err, sizeof(err)));
+    for (int k = 0; k < 3000; k++) {
+        const char *base = cases[k % (sizeof(cases) / sizeof(cases[0]))].grammar;
+        size_t len = strlen(base);
+
+        memcpy(src, base, len + 1);
+        for (int e = 0; e < 3; e++) {
+            uint64_t x = rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            size_t at = (size_t)(x >> 33) % (len + 1);
+
+            if (at < len)
+                src[at] = "()[]{}*+?|\"\\:=-^.# \nax09"[(x >> 20) % 24];
+        }
+        g = grammar_compile(src, len, err, sizeof(err));
+        if (!g) {
+            assert_true(strlen(err) > 0);
+            continue;
+        }
+        for (int t = 0; t < 4; t++) {
+            for (size_t i = 0; i < sizeof(text); i++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                text[i] = "abc09(){}\n\"\xc3\xa9 "[(rng >> 40) % 14];
+            }
+            (void)grammar_accepts(g, text, (size_t)(rng >> 58));
+        }
+        grammar_destroy(g);
+    }
+    grammar_matcher_destroy(m);
+}
+
 #define T(f) cmocka_unit_test(f)
 
 int main(void)
@@ -181,6 +238,7 @@ int main(void)
         T(test_grammar_feed_splits_utf8_across_calls),
         T(test_grammar_state_key_repeats_inside_long_repetition),
         T(test_grammar_generated_sentences_are_accepted),
+        T(test_grammar_hostile_input_is_refused_or_bounded),
     };
     return cmocka_run_group_tests_name("grammar", tests, NULL, NULL);
 }
