@@ -2,6 +2,7 @@
  * check, fields kiln does not implement, n choices (whole and streamed), logprobs in each
  * route's shape, echo, token-id prompts and /v1/models. One server for the group. */
 #include <errno.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -310,6 +311,28 @@ static void test_openai_fields_grammar_and_json_mode_constrain_the_output(void *
     assert_true(json_is_boolean(json_object_get(v, "ok")));
     assert_true(json_is_integer(json_object_get(v, "n")));
     json_decref(v);
+    json_decref(j);
+    /* logprobs are those of the masked distribution: at the first step only 'y' and 'n' are
+     * alternatives, and their probabilities sum to 1 */
+    st = front_call(port_of(state), "POST", "/v1/chat/completions",
+                    "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":5,"
+                    "\"logprobs\":true,\"top_logprobs\":5,"
+                    "\"grammar\":\"root ::= \\\"yes\\\" | \\\"no\\\"\"}",
+                    &j, NULL);
+    assert_int_equal(st, 200);
+    c = json_array_get(json_object_get(j, "choices"), 0);
+    json_t *first = json_array_get(json_object_get(json_object_get(c, "logprobs"), "content"), 0);
+    json_t *top = json_object_get(first, "top_logprobs");
+    double mass = 0;
+
+    assert_int_equal(json_array_size(top), 2);
+    json_array_foreach(top, i, v) {
+        const char *t = json_string_value(json_object_get(v, "token"));
+
+        assert_true(strcmp(t, "y") == 0 || strcmp(t, "n") == 0);
+        mass += exp(json_number_value(json_object_get(v, "logprob")));
+    }
+    assert_true(fabs(mass - 1.0) < 1e-3);
     json_decref(j);
     st = front_call(port_of(state), "POST", "/v1/completions",
                     "{\"prompt\":\"a\",\"grammar\":\"root ::= x\\nx ::= [a-\"}", &j, NULL);
