@@ -88,6 +88,9 @@ static const struct tc_marker m_bare = {"", NULL, NULL, TC_BODY_BARE};
 
 #define THINK_OPEN  "<think>"
 #define THINK_CLOSE "</think>"
+/* Granite 3.3 thinking: <think>...</think><response>answer</response> */
+#define RESP_OPEN  "<response>"
+#define RESP_CLOSE "</response>"
 
 static void set_markers(struct toolcall *t)
 {
@@ -288,6 +291,7 @@ static int step_reasoning(struct toolcall *t, bool final, toolcall_cb cb, void *
         buf_drop(t, at + strlen(THINK_CLOSE));
         t->state = TC_STATE_CONTENT;
         t->strip_lead = true;
+        t->after_think = true;
         return STEP_AGAIN;
     }
     size_t safe = rtrim(t->buf, final ? t->len : t->len - partial(t->buf, t->len, THINK_CLOSE));
@@ -307,6 +311,17 @@ static int step_content(struct toolcall *t, bool final, toolcall_cb cb, void *ar
         buf_drop(t, i);
         if (t->len == 0)
             return STEP_MORE;
+        if (t->after_think) {
+            size_t rl = strlen(RESP_OPEN);
+            if (!final && is_prefix(t->buf, t->len, RESP_OPEN))
+                return STEP_MORE;
+            t->after_think = false;
+            if (t->len >= rl && memcmp(t->buf, RESP_OPEN, rl) == 0) {
+                buf_drop(t, rl);
+                t->in_response = true;
+                return STEP_AGAIN;
+            }
+        }
         if (t->after_close) {
             /* the optional closing marker of the call just ended */
             size_t cl = strlen(t->after_close);
@@ -331,6 +346,18 @@ static int step_content(struct toolcall *t, bool final, toolcall_cb cb, void *ar
             first = t->markers[k];
         }
     }
+    if (t->in_response) {
+        char *p = memmem(t->buf, at, RESP_CLOSE, strlen(RESP_CLOSE));
+        if (p) {
+            size_t rat = (size_t)(p - t->buf);
+            if ((rc = emit_text(t, TOOLCALL_CONTENT, t->buf, rtrim(t->buf, rat), cb, arg)) < 0)
+                return rc;
+            buf_drop(t, rat + strlen(RESP_CLOSE));
+            t->in_response = false;
+            t->strip_lead = true;
+            return STEP_AGAIN;
+        }
+    }
     if (first) {
         size_t keep = rtrim(t->buf, at);
         if ((rc = emit_text(t, TOOLCALL_CONTENT, t->buf, keep, cb, arg)) < 0)
@@ -345,6 +372,10 @@ static int step_content(struct toolcall *t, bool final, toolcall_cb cb, void *ar
     size_t hold = 0;
     for (uint32_t k = 0; k < t->n_markers && !final; k++) {
         size_t h = partial(t->buf, t->len, t->markers[k]->open);
+        hold = h > hold ? h : hold;
+    }
+    if (t->in_response && !final) {
+        size_t h = partial(t->buf, t->len, RESP_CLOSE);
         hold = h > hold ? h : hold;
     }
     /* trailing blanks wait: they are dropped if a call follows, or end the reply */

@@ -52,6 +52,8 @@ struct toolcall {
     char pre_ws[64];            /* the blanks before the call being read (for a bad one) */
     uint32_t n_pre_ws;
     bool implicit_open;         /* the prompt wrote cur's opening marker (functionary) */
+    bool after_think;           /* a think block just closed: <response> may open the answer */
+    bool in_response;           /* inside Granite's <response>...</response>: drop the close */
     uint32_t n_calls;
     size_t n_content;
 };

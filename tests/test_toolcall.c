@@ -265,6 +265,11 @@ static void test_reasoning_split_from_answer(void **state)
           "Hmm, 2+2.", 0, NULL, NULL);
     check(TOOLCALL_FORMAT_NONE, true, "No thinking here.", "No thinking here.", NULL, 0, NULL,
           NULL);
+    /* Granite 3.3: the answer inside <response></response> */
+    check(TOOLCALL_FORMAT_GRANITE, true, "<think>Plan.</think><response>Done.</response>",
+          "Done.", "Plan.", 0, NULL, NULL);
+    check(TOOLCALL_FORMAT_NONE, true, "<think>Plan.</think>\n<response>\nDone.\n</response>\n",
+          "Done.", "Plan.", 0, NULL, NULL);
     /* cut by max_tokens inside the block: all of it is reasoning */
     check(TOOLCALL_FORMAT_NONE, true, "<think>still going", "", "still going", 0, NULL, NULL);
 }
