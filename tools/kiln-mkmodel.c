@@ -12,7 +12,8 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: kiln-mkmodel --out FILE.gguf [--vocab VOCAB.gguf]\n"
-               "         (--preset tinyllama|smollm|tiny|qwen2.5-0.5b | --dim N --layers N --heads N\n"
+               "         (--preset tinyllama|smollm|tiny|qwen2.5-0.5b|qwen3-0.6b|gemma2-2b|gemma3-1b|\n"
+               "                   phi3-mini|granite-2b|smollm3-3b | --dim N --layers N --heads N\n"
                "          --kv-heads N --ffn N --ctx N)\n"
                "         [--type TYPE | --quant PRESET]\n"
                "         [--arch llama|qwen2|qwen3|gemma2|gemma3|phi3|granite|smollm3]\n"

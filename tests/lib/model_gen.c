@@ -43,11 +43,21 @@ int model_gen_preset(struct model_gen_opts *o, const char *name)
     static const struct {
         const char *name;
         int dim, layers, heads, kv_heads, ffn, ctx;
+        const char *arch; /* NULL: leave o->arch */
+        int head_dim, window;
     } p[] = {
-        {"tinyllama", 2048, 22, 32, 4, 5632, 2048},
-        {"smollm", 576, 30, 9, 3, 1536, 2048},
-        {"tiny", 256, 2, 4, 2, 512, 256},
-        {"qwen2.5-0.5b", 896, 24, 14, 2, 4864, 4096}, /* its 896-wide rows: K-quant fallbacks */
+        {"tinyllama", 2048, 22, 32, 4, 5632, 2048, NULL, 0, 0},
+        {"smollm", 576, 30, 9, 3, 1536, 2048, NULL, 0, 0},
+        {"tiny", 256, 2, 4, 2, 512, 256, NULL, 0, 0},
+        /* its 896-wide rows: K-quant fallbacks */
+        {"qwen2.5-0.5b", 896, 24, 14, 2, 4864, 4096, NULL, 0, 0},
+        /* the shapes of the smallest published model of each newer architecture */
+        {"qwen3-0.6b", 1024, 28, 16, 8, 3072, 40960, "qwen3", 128, 0},
+        {"gemma2-2b", 2304, 26, 8, 4, 9216, 8192, "gemma2", 256, 4096},
+        {"gemma3-1b", 1152, 26, 4, 1, 6912, 32768, "gemma3", 256, 512},
+        {"phi3-mini", 3072, 32, 32, 32, 8192, 4096, "phi3", 0, 2047},
+        {"granite-2b", 2048, 40, 32, 8, 8192, 131072, "granite", 0, 0},
+        {"smollm3-3b", 2048, 36, 16, 4, 11008, 65536, "smollm3", 0, 0},
     };
     for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) {
         if (strcasecmp(name, p[i].name) == 0) {
@@ -57,6 +67,11 @@ int model_gen_preset(struct model_gen_opts *o, const char *name)
             o->kv_heads = p[i].kv_heads;
             o->ffn = p[i].ffn;
             o->ctx = p[i].ctx;
+            if (p[i].arch) {
+                o->arch = p[i].arch;
+                o->head_dim = p[i].head_dim;
+                o->window = p[i].window;
+            }
             return 0;
         }
     }

@@ -50,7 +50,9 @@ struct model_gen_opts {
 
 /* Presets by name: "tinyllama" (dim 2048, 22 layers, 32/4 heads, ffn 5632, ctx 2048),
  * "smollm" (SmolLM 135M: 576, 30, 9/3, 1536, 2048), "tiny" (256, 2, 4/2, 512, 256),
- * "qwen2.5-0.5b" (896, 24, 14/2, 4864, 4096; use with arch "qwen2").
+ * "qwen2.5-0.5b" (896, 24, 14/2, 4864, 4096; use with arch "qwen2"), and with their
+ * architecture, head size and window: "qwen3-0.6b", "gemma2-2b", "gemma3-1b", "phi3-mini",
+ * "granite-2b", "smollm3-3b" (model_gen.c has the numbers).
  * Returns 0 or -ENOENT. Leaves type, seed and vocabulary alone. */
 int model_gen_preset(struct model_gen_opts *o, const char *name);
 
