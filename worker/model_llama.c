@@ -12,6 +12,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "kernels.h"
 #include "quant.h"
 #include "threadpool.h"
@@ -151,6 +155,39 @@ static void rope_store_task(void *ctx, int b, int thread)
     kern_f32_to_f16(L->kv_v + at, v, c->kv_dim);
 }
 
+/* x[i] = f32(f16(x[i])), round to nearest even: F16C where the CPU has it (8 at a time). */
+static void round_f16_scalar(float *x, int n, int i)
+{
+    for (; i < n; i++)
+        x[i] = quant_f16_to_f32(quant_f32_to_f16(x[i]));
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx,f16c"))) static void round_f16_f16c(float *x, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)));
+    }
+    round_f16_scalar(x, n, i);
+}
+#endif
+
+static void round_f16(float *x, int n)
+{
+#if defined(__x86_64__)
+    static int f16c = -1;
+    if (f16c < 0)
+        f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    if (f16c) {
+        round_f16_f16c(x, n);
+        return;
+    }
+#endif
+    round_f16_scalar(x, n, 0);
+}
+
 /* Row b, head h: causal attention over its own slot's cache, positions t0..pos, where t0
  * is 0, or pos - window + 1 in a sliding-window layer. Scores are scaled by attn_scale and,
  * in gemma2, soft-capped. */
@@ -165,25 +202,22 @@ static void attn_task(void *ctx, int task, int thread)
     int n_t = pos + 1 - t0;
     size_t base = kv_index(L, L->row_slot[b], L->layer, t0) + (size_t)kvh * c->head_dim;
     const uint16_t *kc = L->kv_k + base, *vc = L->kv_v + base;
-    const float *q = L->q + (size_t)b * c->q_dim + (size_t)h * c->head_dim;
+    float *q = L->q + (size_t)b * c->q_dim + (size_t)h * c->head_dim;
     float *out = L->ao + (size_t)b * c->q_dim + (size_t)h * c->head_dim;
     float *att = L->att + (size_t)thread * L->ctx;
-    float *qh = L->qh + (size_t)thread * c->head_dim;
-    uint16_t *h16 = L->h16 + (size_t)thread * (L->ctx > (uint32_t)c->head_dim ? L->ctx : (uint32_t)c->head_dim);
     float scale = c->attn_scale, cap = c->softcap_attn;
 
-    /* the query and the attention weights rounded to F16, as llama.cpp's products with its
-     * F16 cache round them: the two then agree to float rounding, not to F16's */
-    kern_f32_to_f16(h16, q, c->head_dim);
-    quant_dequantize_row(GGML_TYPE_F16, h16, qh, c->head_dim);
+    /* the query (this head's part is this task's alone) and the attention weights rounded
+     * to F16, as llama.cpp's products with its F16 cache round them: the two then agree to
+     * float rounding, not to F16's */
+    round_f16(q, c->head_dim);
     for (int t = 0; t < n_t; t++)
-        att[t] = L->k->dot_f16(kc + (size_t)t * c->kv_dim, qh, c->head_dim) * scale;
+        att[t] = L->k->dot_f16(kc + (size_t)t * c->kv_dim, q, c->head_dim) * scale;
     if (cap > 0.0f)
         for (int t = 0; t < n_t; t++)
             att[t] = cap * tanhf(att[t] / cap);
     L->k->softmax(att, n_t);
-    kern_f32_to_f16(h16, att, n_t);
-    quant_dequantize_row(GGML_TYPE_F16, h16, att, n_t);
+    round_f16(att, n_t);
     memset(out, 0, (size_t)c->head_dim * sizeof(float));
     for (int t = 0; t < n_t; t++)
         L->k->axpy_f16(out, att[t], vc + (size_t)t * c->kv_dim, c->head_dim);
@@ -453,8 +487,6 @@ void model_llama_free(struct model *m)
     free(L->hb2);
     free(L->cs);
     free(L->att);
-    free(L->qh);
-    free(L->h16);
     free(L->row_slot);
     free(L->row_pos);
     free(L->row_of);

@@ -128,8 +128,6 @@ struct llama {
     float *hb, *hb2;     /* (nb, ffn) gate and up */
     float *cs;           /* (n_rope, nb, n_rot) RoPE cos/sin of each row's position */
     float *att;          /* (n_threads, ctx) attention scores */
-    float *qh;           /* (n_threads, head_dim) a query rounded to F16 */
-    uint16_t *h16;       /* (n_threads, max(ctx, head_dim)) F16 staging for that rounding */
     void *act[MAX_MM_JOBS];
     size_t act_row;      /* bytes of one quantized activation row, the widest input */
     int *row_slot, *row_pos, *row_of;

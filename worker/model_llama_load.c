@@ -397,8 +397,6 @@ static int alloc_state(struct llama *L, uint32_t max_seq, char *err, size_t errl
     ALLOC(L->hb2, nb * c->ffn);
     ALLOC(L->cs, (size_t)c->n_rope * nb * c->n_rot);
     ALLOC(L->att, (size_t)L->n_threads * L->ctx);
-    ALLOC(L->qh, (size_t)L->n_threads * c->head_dim);
-    ALLOC(L->h16, (size_t)L->n_threads * (L->ctx > (uint32_t)c->head_dim ? L->ctx : (uint32_t)c->head_dim));
     ALLOC(L->row_slot, nb);
     ALLOC(L->row_pos, nb);
     ALLOC(L->row_of, nb);
