@@ -12,9 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api.h"
 #include "api_impl.h"
 #include "grammar.h"
 #include "json_schema.h"
+#include "tokenizer.h"
 
 /* {"type": "object", "properties": {"name": {"const": NAME}, ARGS: PARAMETERS},
  *  "required": ["name", ARGS], "additionalProperties": false} */
@@ -174,6 +176,17 @@ int api_tool_grammar(struct request *r, const struct api_chat *c, enum toolcall_
         break;
     default:
         return 0; /* no grammar form for this markup: the choice is the model's */
+    }
+    if (strict_auto && r->f && r->f->model.tok) {
+        /* A marker the model writes as a control token (Mistral's [TOOL_CALLS]) has no text
+         * a grammar can allow, so under one the model could only spell it out: leave the
+         * reply to the model rather than push it off its own format. */
+        const struct tokenizer *tk = r->f->model.tok;
+        long id = tokenizer_find_special(tk, marker);
+        char piece[64];
+
+        if (id >= 0 && tokenizer_piece(tk, (uint32_t)id, false, piece, sizeof(piece)) == 0)
+            return 0;
     }
     if (r->grammar)
         return api_bad(e, "tool_choice", "'tool_choice' '%s' cannot be combined with "
