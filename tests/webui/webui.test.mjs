@@ -142,6 +142,21 @@ describe('on the mock (markdown reply, 8 ms per token, faults on)', () => {
     await page.close();
   });
 
+  test('without the libraries (a build where npm was unreachable) answers show as plain text', async () => {
+    const page = await browser.context.newPage();
+    await page.route('**/webui/lib/**', (route) => route.fulfill({ status: 404, body: '' }));
+    await page.goto(kiln.url);
+    await page.locator('#new-chat').click();
+    await send(page, 'plain, please');
+    await answered(page);
+    const content = assistant(page).locator('.content');
+    assert.equal(await content.getAttribute('class'), 'content plain');
+    assert.match(await content.textContent(), /^# Shopping list\n/);
+    assert.equal(await content.locator('*').count(), 0, 'no element made from the answer');
+    assert.equal(await page.evaluate(() => window.__xss), undefined);
+    await page.close();
+  });
+
   test('Stop ends the stream and /health shows the slot free', async () => {
     const { page, seen } = await openPage(browser.context, kiln);
     await send(page, 'A long answer, please');
