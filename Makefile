@@ -253,7 +253,7 @@ $(STORIES):
 # at all; without them the page is built with plain-text answers.
 DEBS      = build-essential pkg-config libevent-dev libmsgpack-dev liburing-dev \
             libjansson-dev libpcre2-dev libcurl4-openssl-dev zlib1g-dev curl
-TEST_DEBS = libcmocka-dev prometheus
+TEST_DEBS = libcmocka-dev prometheus systemd
 deps-test: override DEBS += $(TEST_DEBS)
 deps deps-test:
 	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "model_info.h"
 
@@ -101,6 +102,9 @@ static const struct opt opts[] = {
     {"no-webui", OPT_BOOL, F(no_webui), 0, 0, "off", "do not serve the chat page at /"},
     {"webui-dir", OPT_STR, F(webui_dir), 0, 0, "(embedded)",
      "serve the chat page's files from this folder first (development)"},
+    {"config", OPT_STR, F(config_file), 0, 0, "(none)",
+     "read flags from this file first: one 'key = value' a line (the flag's name without "
+     "dashes); the command line wins; SIGHUP reads it again"},
     {"help", OPT_BOOL, F(help), 0, 0, "", "print this help and exit"},
 };
 
@@ -211,8 +215,75 @@ uint32_t config_max_connections(const struct kiln_config *c, uint64_t fd_limit)
     return fd_limit - reserved > 1000000 ? 1000000 : (uint32_t)(fd_limit - reserved);
 }
 
+static int parse_bool(const char *s)
+{
+    static const char *yes[] = {"true", "yes", "on", "1"}, *no[] = {"false", "no", "off", "0"};
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0)
+            return 1;
+        if (strcasecmp(s, no[i]) == 0)
+            return 0;
+    }
+    return -1;
+}
+
+int config_set(struct kiln_config *c, const char *key, const char *val, char *err,
+               size_t errlen)
+{
+    char name[64];
+    size_t len = strlen(key);
+    if (len >= sizeof(name)) {
+        snprintf(err, errlen, "unknown key '%.40s...'", key);
+        return -ENOENT;
+    }
+    for (size_t i = 0; i <= len; i++)
+        name[i] = key[i] == '_' ? '-' : key[i];
+    const struct opt *o = find_opt(name, len);
+    if (!o || strcmp(o->name, "help") == 0 || strcmp(o->name, "config") == 0) {
+        snprintf(err, errlen, "unknown key '%s'", key);
+        return -ENOENT;
+    }
+    if (o->kind == OPT_BOOL) {
+        int b = parse_bool(val);
+        if (b < 0) {
+            snprintf(err, errlen, "%s: '%s' is not true or false", o->name, val);
+            return -EINVAL;
+        }
+        bool t = b;
+        memcpy((char *)c + o->off, &t, sizeof(t));
+        return 0;
+    }
+    return set_opt(c, o, val, err, errlen);
+}
+
+void config_free(struct kiln_config *c)
+{
+    free(c->config_text);
+    c->config_text = NULL;
+}
+
+/* The value of the last --config in argv, or NULL. */
+static const char *find_config_flag(int argc, char **argv)
+{
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+            path = argv[++i];
+        else if (strncmp(argv[i], "--config=", 9) == 0)
+            path = argv[i] + 9;
+    }
+    return path;
+}
+
 int config_parse(struct kiln_config *c, int argc, char **argv, char *err, size_t errlen)
 {
+    const char *cfile = find_config_flag(argc, argv);
+    if (cfile) { /* the file first, so that the command line wins */
+        int rc = config_file_load(c, cfile, err, errlen);
+        if (rc < 0)
+            return rc;
+        c->config_file = cfile;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0) {

@@ -64,6 +64,8 @@ struct kiln_config {
     /* the chat page at / (webui.c) */
     bool no_webui;
     const char *webui_dir;         /* NULL: only the embedded files */
+    const char *config_file;       /* --config: key = value lines read before the flags */
+    char *config_text;             /* owned: the file's text, which its strings point into */
     bool help;                  /* --help was given */
 };
 
@@ -74,6 +76,21 @@ void config_init(struct kiln_config *c);
  * with a one-line message in err (an unknown flag, a missing or bad value, no --model). With
  * --help, sets c->help and returns 0 without checking the rest. */
 int config_parse(struct kiln_config *c, int argc, char **argv, char *err, size_t errlen);
+
+/* Set the flag named key (its name without the dashes; '_' may stand for '-') to val, as
+ * if given on the command line; a flag without a value takes true/false (yes/no, on/off,
+ * 1/0). Strings are not copied. Returns 0, or -ENOENT for an unknown key and -EINVAL for a
+ * bad value, with a message in err. */
+int config_set(struct kiln_config *c, const char *key, const char *val, char *err,
+               size_t errlen);
+
+/* Read the --config file path into c: one "key = value" a line, '#' starts a comment, blank
+ * lines ignored, a value may be quoted ("..." or '...'). Keys repeat only where the flag
+ * does. Returns 0 or -errno with "FILE:LINE: message" in err (config_file.c). */
+int config_file_load(struct kiln_config *c, const char *path, char *err, size_t errlen);
+
+/* Free what config_parse() allocated (the config file's text). */
+void config_free(struct kiln_config *c);
 
 /* Print the usage: every flag with its default. */
 void config_usage(FILE *f, const char *prog);

@@ -19,7 +19,10 @@
 #include "http.h"
 #include "log.h"
 #include "queue.h"
+#include "reload.h"
 #include "request.h"
+#include "sdnotify.h"
+#include "service.h"
 #include "supervisor.h"
 #include "workers.h"
 
@@ -40,6 +43,9 @@ struct shutdown {
     struct event *ev_tick;  /* draining: are the requests over? */
     struct timespec deadline;
     struct http_conns *conns;
+    struct service *svc;    /* systemd's notifications */
+    int argc;               /* the command line, read again on SIGHUP */
+    char **argv;
 };
 
 static void on_job_record(void *ctx, struct worker *w, void *owner, const struct proto_msg *m)
@@ -121,6 +127,7 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
         log_info("%s: draining: no new connections, running requests get %u ms",
                  strsignal((int)sig), f->cfg->drain_ms);
         sd->phase = FRONT_DRAINING;
+        service_stopping(sd->svc, "draining: running requests finish, no new ones");
         http_stop_listening(f->http, sd->conns);
         supervisor_drain(f->workers);
         clock_gettime(CLOCK_MONOTONIC, &sd->deadline);
@@ -139,6 +146,17 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
     sd->hard = true;
     supervisor_kill_all(f->workers);
     event_base_loopbreak(f->base);
+}
+
+static void on_hup_signal(evutil_socket_t sig, short what, void *arg)
+{
+    struct shutdown *sd = arg;
+    (void)sig;
+    (void)what;
+    if (sd->phase != FRONT_SERVING)
+        return;
+    log_info("SIGHUP: reloading the configuration");
+    reload_run(sd->f, sd->svc, sd->argc, sd->argv);
 }
 
 /* libevent's own warnings (an accept() that fails, ...) go through our log, so a repeated
@@ -163,7 +181,7 @@ int main(int argc, char **argv)
     struct kiln_config cfg;
     struct front f;
     char err[512];
-    struct event *ev_term = NULL, *ev_int = NULL;
+    struct event *ev_term = NULL, *ev_int = NULL, *ev_hup = NULL;
     struct shutdown sd = {.phase = FRONT_SERVING};
     uint16_t port = 0;
     int status = 1;
@@ -181,6 +199,8 @@ int main(int argc, char **argv)
         return 0;
     }
     log_init("kiln", cfg.log_level);
+    if (sdnotify_init() < 0) /* before any worker starts: they must not inherit it */
+        log_warn("NOTIFY_SOCKET is not an absolute path or @abstract name; not notifying");
     event_set_log_callback(on_libevent_log);
     signal(SIGPIPE, SIG_IGN);
     if (hf_is_ref(cfg.model)) { /* download (or find in the cache) before any worker starts */
@@ -227,8 +247,13 @@ int main(int argc, char **argv)
     sd.ev_tick = event_new(f.base, -1, EV_PERSIST, on_drain_tick, &sd);
     ev_term = evsignal_new(f.base, SIGTERM, on_stop_signal, &sd);
     ev_int = evsignal_new(f.base, SIGINT, on_stop_signal, &sd);
-    if (!sd.ev_tick || !ev_term || !ev_int || event_add(ev_term, NULL) < 0 ||
-        event_add(ev_int, NULL) < 0)
+    ev_hup = evsignal_new(f.base, SIGHUP, on_hup_signal, &sd);
+    sd.argc = argc;
+    sd.argv = argv;
+    if (!sd.ev_tick || !ev_term || !ev_int || !ev_hup || event_add(ev_term, NULL) < 0 ||
+        event_add(ev_int, NULL) < 0 || event_add(ev_hup, NULL) < 0)
+        goto out;
+    if (!(sd.svc = service_start(&f)))
         goto out;
     log_info("model %s, context %u, %u worker(s) of %u slots", f.model.name,
              f.model.max_context, cfg.workers, cfg.max_sequences);
@@ -252,9 +277,14 @@ out:
         event_free(ev_term);
     if (ev_int)
         event_free(ev_int);
+    if (ev_hup)
+        event_free(ev_hup);
+    service_free(sd.svc);
+    sdnotify_close();
     if (f.base)
         event_base_free(f.base);
     api_free(&f);
     front_model_close(&f.model);
+    config_free(&cfg);
     return status;
 }

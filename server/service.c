@@ -1,0 +1,125 @@
+/* The service manager's view of the front (service.h). */
+#include "service.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/event.h>
+
+#include "api.h"
+#include "sdnotify.h"
+#include "supervisor.h"
+#include "workers.h"
+
+/* How often the counts are looked at when systemd asked for no watchdog. */
+#define SERVICE_TICK_MS 250
+
+struct service {
+    struct front *f;
+    struct event *ev_tick;
+    bool ready_sent;
+    bool reloading;
+    bool stopping;
+    uint64_t last_ping_us; /* monotonic */
+    char last_status[256];
+};
+
+void service_status_line(struct front *f, char *buf, size_t len)
+{
+    uint32_t n = workers_count(f->workers), ready = 0, failed = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct worker *w = workers_get(f->workers, i);
+        enum worker_life l = worker_life_get(w);
+        ready += l == WORKER_LIFE_READY;
+        failed += strcmp(supervisor_state_name(w), "failed") == 0;
+    }
+    snprintf(buf, len, "%u/%u workers ready, %u failed; %u running, %u waiting", ready, n,
+             failed, f->n_active, f->queue.n);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct service *s = arg;
+    char line[256];
+    (void)fd;
+    (void)what;
+    uint64_t wd = sdnotify_watchdog_usec();
+    if (wd) { /* ping at half the interval systemd asked for */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t now = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+        if (now - s->last_ping_us >= wd / 2) {
+            sdnotify_watchdog();
+            s->last_ping_us = now;
+        }
+    }
+    if (s->stopping || s->reloading)
+        return;
+    service_status_line(s->f, line, sizeof(line));
+    if (!s->ready_sent && workers_any_ready(s->f->workers)) {
+        s->ready_sent = true;
+        sdnotify_ready(line);
+    } else if (strcmp(line, s->last_status) != 0) {
+        sdnotify_status(line);
+    }
+    snprintf(s->last_status, sizeof(s->last_status), "%s", line);
+}
+
+struct service *service_start(struct front *f)
+{
+    struct service *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->f = f;
+    if (!sdnotify_enabled())
+        return s;
+    uint64_t usec = SERVICE_TICK_MS * 1000;
+    uint64_t wd = sdnotify_watchdog_usec();
+    if (wd && wd / 2 < usec)
+        usec = wd / 2 ? wd / 2 : 1;
+    struct timeval tv = {(time_t)(usec / 1000000), (suseconds_t)(usec % 1000000)};
+    s->ev_tick = event_new(f->base, -1, EV_PERSIST, on_tick, s);
+    if (!s->ev_tick || event_add(s->ev_tick, &tv) < 0) {
+        service_free(s);
+        return NULL;
+    }
+    sdnotify_status("starting: loading the model in the workers");
+    return s;
+}
+
+void service_reloading(struct service *s, const char *msg)
+{
+    if (!s)
+        return;
+    s->reloading = true;
+    sdnotify_reloading(msg);
+}
+
+void service_reloaded(struct service *s, const char *msg)
+{
+    if (!s)
+        return;
+    s->reloading = false;
+    s->last_status[0] = '\0';
+    sdnotify_ready(msg);
+}
+
+void service_stopping(struct service *s, const char *msg)
+{
+    if (!s)
+        return;
+    s->stopping = true;
+    sdnotify_stopping(msg);
+}
+
+void service_free(struct service *s)
+{
+    if (!s)
+        return;
+    if (s->ev_tick)
+        event_free(s->ev_tick);
+    free(s);
+}
