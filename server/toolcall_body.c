@@ -300,6 +300,77 @@ static int calls_deepseek(const char *s, size_t n, struct calls *cs)
     return 0;
 }
 
+/* A parameter's text as JSON: a number, true/false/null, an object or an array as written,
+ * anything else a string (Qwen3-Coder's values are bare text). */
+static json_t *xml_value(const char *s, size_t n)
+{
+    json_t *v = json_loadb(s, n, JSON_DECODE_ANY, NULL);
+    if (v && !json_is_string(v))
+        return v;
+    json_decref(v);
+    return json_stringn(s, n);
+}
+
+/* Qwen3-Coder / Qwen3.5 inside <tool_call>: <function=NAME><parameter=KEY>\nVALUE\n
+ * </parameter>...</function> */
+static int calls_xml(const char *s, size_t n, struct calls *cs)
+{
+    size_t p = 0;
+    int rc = -EINVAL;
+    skip_ws(s, n, &p);
+    if (!eat(s, n, &p, "<function="))
+        return -EINVAL;
+    const char *gt = memchr(s + p, '>', n - p);
+    if (!gt || !valid_name(s + p, (size_t)(gt - s) - p))
+        return -EINVAL;
+    const char *name = s + p;
+    size_t name_len = (size_t)(gt - s) - p;
+    json_t *args = json_object();
+    if (!args)
+        return -ENOMEM;
+    p = (size_t)(gt - s) + 1;
+    for (;;) {
+        skip_ws(s, n, &p);
+        if (eat(s, n, &p, "</function>"))
+            break;
+        if (!eat(s, n, &p, "<parameter="))
+            goto out;
+        const char *kgt = memchr(s + p, '>', n - p);
+        const char *end = kgt ? memmem(kgt, n - (size_t)(kgt - s), "</parameter>", 12) : NULL;
+        if (!kgt || !end || kgt == s + p || (size_t)(kgt - s) - p >= 128)
+            goto out;
+        char key[128];
+        memcpy(key, s + p, (size_t)(kgt - s) - p);
+        key[(size_t)(kgt - s) - p] = '\0';
+        const char *v = kgt + 1;
+        size_t vlen = (size_t)(end - v);
+        if (vlen && v[0] == '\n')
+            v++, vlen--;
+        if (vlen && v[vlen - 1] == '\n')
+            vlen--;
+        json_t *val = xml_value(v, vlen);
+        if (!val || json_object_set_new(args, key, val) < 0)
+            goto out;
+        p = (size_t)(end - s) + 12;
+    }
+    skip_ws(s, n, &p);
+    struct call_ref *c;
+    if (p != n || !(c = add(cs)))
+        goto out;
+    c->name = name;
+    c->name_len = name_len;
+    if (!(c->owned_args = json_dumps(args, JSON_COMPACT))) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    c->args = c->owned_args;
+    c->args_len = strlen(c->owned_args);
+    rc = 0;
+out:
+    json_decref(args);
+    return rc;
+}
+
 /* [TOOL_CALLS] then a JSON list, or name[ARGS]{...} */
 static int calls_mistral(const char *s, size_t n, struct calls *cs)
 {
@@ -337,7 +408,14 @@ int tc_parse_body(struct toolcall *t, const struct tc_marker *m, const char *s, 
     if (!cs)
         return -ENOMEM;
     switch (m->body) {
-    case TC_BODY_JSON:
+    case TC_BODY_JSON: {
+        const char *b = s;
+        size_t bn = n;
+        trim(&b, &bn);
+        rc = bn > 10 && memcmp(b, "<function=", 10) == 0 ? calls_xml(s, n, cs)
+                                                         : calls_json(s, n, cs);
+        break;
+    }
     case TC_BODY_BARE:
         rc = calls_json(s, n, cs);
         break;

@@ -128,6 +128,20 @@ static void test_hermes_arguments_as_json_string_unwrapped(void **state)
           "", NULL, 1, weather, args);
 }
 
+static void test_qwen3_coder_xml_call(void **state)
+{
+    (void)state;
+    static const char *const args[] = {"{\"city\":\"Paris\",\"days\":3,\"note\":\"two\\nlines\"}"};
+    check(TOOLCALL_FORMAT_HERMES, false,
+          "Checking.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+          "<parameter=days>\n3\n</parameter>\n<parameter=note>\ntwo\nlines\n</parameter>\n"
+          "</function>\n</tool_call>",
+          "Checking.", NULL, 1, weather, args);
+    const char *bad = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n"
+                      "</tool_call>";
+    check(TOOLCALL_FORMAT_HERMES, false, bad, bad, NULL, 0, NULL, NULL);
+}
+
 static void test_hermes_malformed_call_is_content(void **state)
 {
     (void)state;
@@ -331,6 +345,7 @@ static void test_format_detected_from_real_templates(void **state)
     } cases[] = {
         {"Qwen-Qwen2.5-7B-Instruct.jinja", TOOLCALL_FORMAT_HERMES, false},
         {"Qwen-Qwen3-0.6B.jinja", TOOLCALL_FORMAT_HERMES, true},
+        {"Qwen3.5-4B.jinja", TOOLCALL_FORMAT_HERMES, true},
         {"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", TOOLCALL_FORMAT_HERMES, false},
         {"meta-llama-Llama-3.1-8B-Instruct.jinja", TOOLCALL_FORMAT_LLAMA3, false},
         {"meta-llama-Llama-3.2-3B-Instruct.jinja", TOOLCALL_FORMAT_LLAMA3, false},
@@ -386,7 +401,8 @@ static void test_random_replies_keep_the_invariants(void **state)
         "<tool_call>", "</tool_call>", "{", "}", "[", "]", "\"name\"", ": ", "\"f\"", ", ",
         "\"arguments\"", "\"parameters\"", "<think>", "</think>", "[TOOL_CALLS]", "[ARGS]",
         "<|tool_call|>", "<|/tool_call|>", "<|python_tag|>", ".call(", "q=", "\"x\"", ")",
-        ">>>", "all", "\n", " ", "x", "\xc3\xa9", "\\", "\"", "```json", "```", "1", "null",
+        ">>>", "all", "\n", " ", "x", "<function=f>", "<parameter=k>", "</parameter>",
+        "</function>", "\xc3\xa9", "\\", "\"", "```json", "```", "1", "null",
         "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>",
         "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>function",
         "<\xef\xbd\x9ctool\xe2\x96\x81" "sep\xef\xbd\x9c>",
@@ -433,6 +449,7 @@ int main(void)
         cmocka_unit_test(test_hermes_call_with_text_before),
         cmocka_unit_test(test_hermes_two_calls),
         cmocka_unit_test(test_hermes_arguments_as_json_string_unwrapped),
+        cmocka_unit_test(test_qwen3_coder_xml_call),
         cmocka_unit_test(test_hermes_malformed_call_is_content),
         cmocka_unit_test(test_hermes_unclosed_valid_call_at_end_is_a_call),
         cmocka_unit_test(test_plain_text_and_lookalikes_pass),

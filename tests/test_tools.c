@@ -181,6 +181,15 @@ static void test_tools_hermes_call_after_text(void **state)
              NULL, ASK "}", &w);
 }
 
+static void test_tools_qwen3_coder_xml_call(void **state)
+{
+    (void)state;
+    struct want w = {NULL, NULL, 1, {"get_weather"}, {"{\"city\":\"Paris\"}"}, "tool_calls"};
+    run_case("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+             "</function>\n</tool_call>",
+             NULL, ASK "}", &w);
+}
+
 static void test_tools_llama3_python_tag_and_bare_json(void **state)
 {
     (void)state;
@@ -335,6 +344,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tools_hermes_call_after_text),
+        cmocka_unit_test(test_tools_qwen3_coder_xml_call),
         cmocka_unit_test(test_tools_llama3_python_tag_and_bare_json),
         cmocka_unit_test(test_tools_mistral_two_calls),
         cmocka_unit_test(test_tools_granite_call),
