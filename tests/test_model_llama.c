@@ -222,6 +222,7 @@ static void test_model_llama_fast_matches_scalar_every_type(void **state)
         compare_fast(gen(*state, types[i], NULL, 0), i >= 3);
     compare_fast(gen(*state, GGML_TYPE_Q8_0, "qwen2", 0), 1);
     compare_fast(gen(*state, GGML_TYPE_Q4_K, NULL, 1), 1);
+    compare_fast(gen(*state, GGML_TYPE_IQ4_NL, NULL, 1), 1); /* tied: get_rows and output */
 }
 
 /* ---- (c) batching and chunking change nothing ---------------------------------------- */
