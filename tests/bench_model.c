@@ -1,13 +1,22 @@
 /* The engine's speed on real model shapes with random weights: prompt processing (tok/s for
  * 128- and 512-token prompts), decode tok/s at batch 1, 4, 8 and 16, and the machine's
  * memory read bandwidth with the batch-1 limit it implies (bandwidth / weight bytes per
- * token). Models are generated once into $KILN_BIN_DIR/bench-models and reused.
+ * token) and the fraction of it batch 1 achieves. One model per tensor type (the types
+ * beyond Q8_0/Q4_K on TinyLlama's shape cut to 8 layers, 2048 wide: still far more weights
+ * than cache) and a Qwen2.5-0.5B-shaped Q4_K_M file (llama.cpp's preset, with its Q5_0/Q8_0
+ * fallbacks). Models are generated once into $KILN_BIN_DIR/bench-models and reused.
  * KILN_BENCH_MODELS=smollm-q8_0,... picks a subset; KILN_THREADS sets the threads;
  * KILN_BENCH_PROMPTS=128,512 and KILN_BENCH_BATCHES=1,4,8,16 pick the runs (empty: none),
  * KILN_BENCH_STEPS the decode steps timed per batch size (default 8 at batch 1, else 4), best
  * of three passes.
  * Beside wall-clock tok/s each line shows the process CPU ms per step: on a machine shared
- * with other work, CPU time (with KILN_THREADS=1) measures the kernels' cost more steadily. */
+ * with other work, CPU time (with KILN_THREADS=1) measures the kernels' cost more steadily.
+ * Where the pinned node-llama-cpp is installed (tests/reference/node_modules, or the
+ * node_modules directory env KILN_LLAMA_MODULES names), each model also runs through
+ * llama.cpp (tests/reference/bench_llama.mjs: the last prompt length, decode at batch 1,
+ * same threads) and the kiln/llama.cpp ratios are printed in the same run, by wall clock and
+ * by process CPU time (llama.cpp's CPU / kiln's: above 1 is kiln cheaper; with
+ * KILN_THREADS=1 the steadier measure on a shared machine). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,6 +66,49 @@ static void fill_prompt(uint32_t *p, uint32_t n, uint32_t n_vocab, uint32_t salt
         p[i] = 300u + (i * 7919u + salt * 104729u) % (n_vocab - 300u);
 }
 
+/* llama.cpp on the same file through tests/reference/bench_llama.mjs; prints the line and
+ * the ratios. Skipped (with a note) when the reference is not installed. */
+static void bench_llama(const char *path, int plen, int steps, int threads, double kiln_prompt,
+                        double kiln_decode, double kiln_pcpu, double kiln_dcpu)
+{
+    const char *mods = getenv("KILN_LLAMA_MODULES");
+    char probe[600], cmd[1400], line[256];
+    struct stat st;
+    double p = 0.0, d = 0.0, pc = 0.0, dc = 0.0;
+
+    snprintf(probe, sizeof(probe), "%s/node-llama-cpp/package.json",
+             mods ? mods : "tests/reference/node_modules");
+    if (stat(probe, &st) < 0) {
+        printf("  llama.cpp: not installed (npm i -E node-llama-cpp@3.21.1 in tests/reference, "
+               "or KILN_LLAMA_MODULES=DIR/node_modules)\n");
+        return;
+    }
+    snprintf(cmd, sizeof(cmd), "node tests/reference/bench_llama.mjs '%s' %d %d %d 2>&1", path,
+             plen, steps, threads);
+    FILE *f = popen(cmd, "r");
+    if (!f) {
+        printf("  llama.cpp: cannot run node\n");
+        return;
+    }
+    int found = 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "llama.cpp prompt %lf tok/s decode %lf tok/s cpu %lf ms %lf", &p, &d,
+                   &pc, &dc) == 4)
+            found = 1;
+        else if (!found)
+            printf("  llama.cpp: %s", line);
+    }
+    pclose(f);
+    if (!found || p <= 0.0 || d <= 0.0)
+        return;
+    printf("  llama.cpp (node-llama-cpp 3.21.1): prompt %d tokens %.1f tok/s (%.0f CPU ms), "
+           "decode batch 1 %.1f tok/s (%.1f CPU ms/step)\n", plen, p, pc, d, dc);
+    if (kiln_prompt > 0.0 && kiln_decode > 0.0)
+        printf("  kiln / llama.cpp: prompt %.2fx, decode batch 1 %.2fx; by CPU time: prompt "
+               "%.2fx, decode %.2fx\n", kiln_prompt / p, kiln_decode / d,
+               kiln_pcpu > 0.0 ? pc / kiln_pcpu : 0.0, kiln_dcpu > 0.0 ? dc / kiln_dcpu : 0.0);
+}
+
 static void bench_one(const char *path, int threads, double bw)
 {
     struct model_llama_opts o = {.max_sequences = 16, .ctx = 1024, .threads = threads,
@@ -71,7 +123,9 @@ static void bench_one(const char *path, int threads, double bw)
     float *lg = malloc((size_t)16 * nv * sizeof(float));
     struct model_result res[16];
     int slots[16];
-    double wb = (double)model_llama_weight_bytes(m);
+    double wb = (double)model_llama_weight_bytes(m), b1 = 0.0, last_ptps = 0.0, last_pcpu = 0.0;
+    double b1_cpu = 0.0;
+    int last_plen = 128, b1_steps = 8;
 
     printf("%s: %.0f MiB of weights per token, %d threads, %s kernels\n", m->name,
            wb / (1 << 20), threads, kern_ops_select()->name);
@@ -83,13 +137,17 @@ static void bench_one(const char *path, int threads, double bw)
         if (plen[i] > 512)
             plen[i] = 512;
         fill_prompt(prompt, (uint32_t)plen[i], nv, (uint32_t)i);
-        double t0 = bench_now();
+        double t0 = bench_now(), c0 = cpu_now();
         if (model_prefill(m, 0, prompt, (uint32_t)plen[i], lg) < 0) {
             printf("  prefill: %s\n", m->error);
             break;
         }
-        double dt = bench_now() - t0;
-        printf("  prompt %3d tokens: %8.1f tok/s (%.2f s)\n", plen[i], plen[i] / dt, dt);
+        double dt = bench_now() - t0, dcpu = cpu_now() - c0;
+        printf("  prompt %3d tokens: %8.1f tok/s (%.2f s, %.0f CPU ms)\n", plen[i], plen[i] / dt,
+               dt, dcpu * 1e3);
+        last_plen = plen[i];
+        last_ptps = plen[i] / dt;
+        last_pcpu = dcpu * 1e3;
         model_seq_free(m, 0);
     }
     for (int bi = 0; bi < n_batches; bi++) {
@@ -115,13 +173,22 @@ static void bench_one(const char *path, int threads, double bw)
         }
         printf("  decode batch %2d: %8.1f tok/s (%.1f ms/step, %.1f CPU ms/step)\n", b,
                b * steps / dt, dt / steps * 1e3, dc / steps * 1e3);
+        if (b == 1) {
+            b1 = steps / dt;
+            b1_steps = steps;
+            b1_cpu = dc / steps * 1e3;
+        }
         for (int s = 0; s < b; s++)
             model_seq_free(m, s);
     }
-    printf("  batch-1 limit from bandwidth: %.1f tok/s (%.1f GB/s / %.0f MiB)\n", bw * 1e9 / wb,
+    printf("  batch-1 limit from bandwidth: %.1f tok/s (%.1f GB/s / %.0f MiB)", bw * 1e9 / wb,
            bw, wb / (1 << 20));
+    if (b1 > 0.0)
+        printf("; batch 1 reaches %.0f%% of it", 100.0 * b1 * wb / (bw * 1e9));
+    printf("\n");
     free(lg);
     model_destroy(m);
+    bench_llama(path, last_plen, b1_steps, threads, last_ptps, b1, last_pcpu, b1_cpu);
 }
 
 int main(void)
@@ -131,13 +198,26 @@ int main(void)
     char dir[512], path[600], vocab[512];
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = getenv("KILN_THREADS") ? atoi(getenv("KILN_THREADS")) : (int)ncpu;
+    static const char spm[] = "ggml-vocab-llama-spm.gguf", gpt2[] = "ggml-vocab-gpt-2.gguf";
     static const struct {
         const char *name, *preset, *vocab;
         enum ggml_type type;
+        int layers;         /* 0: the preset's */
+        const char *quant;  /* a llama.cpp preset instead of one type */
+        const char *arch;
     } models[] = {
-        {"smollm-q8_0", "smollm", "ggml-vocab-gpt-2.gguf", GGML_TYPE_Q8_0},
-        {"tinyllama-q8_0", "tinyllama", "ggml-vocab-llama-spm.gguf", GGML_TYPE_Q8_0},
-        {"tinyllama-q4_k", "tinyllama", "ggml-vocab-llama-spm.gguf", GGML_TYPE_Q4_K},
+        {"smollm-q8_0", "smollm", gpt2, GGML_TYPE_Q8_0, 0, NULL, NULL},
+        {"tinyllama-q8_0", "tinyllama", spm, GGML_TYPE_Q8_0, 0, NULL, NULL},
+        {"tinyllama-q4_k", "tinyllama", spm, GGML_TYPE_Q4_K, 0, NULL, NULL},
+        {"tl8-q4_1", "tinyllama", spm, GGML_TYPE_Q4_1, 8, NULL, NULL},
+        {"tl8-q5_0", "tinyllama", spm, GGML_TYPE_Q5_0, 8, NULL, NULL},
+        {"tl8-q5_1", "tinyllama", spm, GGML_TYPE_Q5_1, 8, NULL, NULL},
+        {"tl8-iq4_nl", "tinyllama", spm, GGML_TYPE_IQ4_NL, 8, NULL, NULL},
+        {"tl8-q2_k", "tinyllama", spm, GGML_TYPE_Q2_K, 8, NULL, NULL},
+        {"tl8-q3_k", "tinyllama", spm, GGML_TYPE_Q3_K, 8, NULL, NULL},
+        {"tl8-q5_k", "tinyllama", spm, GGML_TYPE_Q5_K, 8, NULL, NULL},
+        {"tl8-iq4_xs", "tinyllama", spm, GGML_TYPE_IQ4_XS, 8, NULL, NULL},
+        {"qwen05-q4_k_m", "qwen2.5-0.5b", gpt2, GGML_TYPE_Q8_0, 0, "Q4_K_M", "qwen2"},
     };
 
     snprintf(dir, sizeof(dir), "%s/bench-models", bin ? bin : "build");
@@ -153,12 +233,15 @@ int main(void)
             continue;
         snprintf(path, sizeof(path), "%s/%s.gguf", dir, models[i].name);
         if (stat(path, &st) < 0) {
-            struct model_gen_opts o = {.type = models[i].type, .seed = 1, .verbose = 1};
+            struct model_gen_opts o = {.type = models[i].type, .seed = 1, .verbose = 1,
+                                       .quant = models[i].quant, .arch = models[i].arch};
             char err[256];
             snprintf(vocab, sizeof(vocab), "%s/vocab/%s", shared ? shared : "../shared",
                      models[i].vocab);
             o.vocab_path = vocab;
             (void)model_gen_preset(&o, models[i].preset);
+            if (models[i].layers)
+                o.layers = models[i].layers;
             fprintf(stderr, "generating %s\n", path);
             if (model_gen_write(&o, path, err, sizeof(err)) < 0) {
                 fprintf(stderr, "%s: %s\n", path, err);
