@@ -661,6 +661,10 @@ async function init() {
   $('notice-close').addEventListener('click', hideNotice);
   $('open-sidebar').addEventListener('click', openSidebar);
   $('close-sidebar').addEventListener('click', closeSidebar);
+  // on a phone the list is a drawer over the chat: a tap beside it puts it away
+  $('main').addEventListener('click', (e) => {
+    if (!$('open-sidebar').contains(e.target)) closeSidebar();
+  });
   document.addEventListener('keydown', (e) => {
     if (e.key === 'Escape' && document.body.classList.contains('sidebar-open')) closeSidebar();
   });

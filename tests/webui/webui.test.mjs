@@ -367,15 +367,24 @@ describe('on stories260K', () => {
     assert.ok(text.trim().length > 10, `an answer came (${text})`);
     assert.match(await assistant(page).locator('.stats').textContent(), /tokens\/s/);
     await shot(page, 'stories260k-light.png');
-    await page.emulateMedia({ colorScheme: 'dark' });
+    const bg = () => page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+    const light = await bg();
+    await page.emulateMedia({ colorScheme: 'dark', reducedMotion: 'reduce' });
+    assert.notEqual(await bg(), light, 'the dark theme follows the system');
     await shot(page, 'stories260k-dark.png');
+    // a phone: one column, nothing wider than the screen, the list is a drawer
     await page.setViewportSize({ width: 390, height: 780 });
+    assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= 390), 'no sideways scroll');
+    assert.equal(await page.locator('#sidebar').isVisible(), false, 'the list is put away');
+    assert.equal(await page.locator('#input').isVisible(), true);
     await shot(page, 'phone.png');
     await page.getByRole('button', { name: 'Show the conversation list' }).click();
     await page.locator('#sidebar').getByRole('button', { name: 'New chat' }).waitFor();
+    assert.equal((await page.locator('#sidebar').boundingBox()).x, 0);
     await shot(page, 'phone-sidebar.png');
     await page.keyboard.press('Escape');
-    await page.emulateMedia({ colorScheme: 'light' });
+    assert.equal(await page.locator('#sidebar').isVisible(), false, 'Escape puts it away');
+    await page.emulateMedia({ colorScheme: 'light', reducedMotion: 'no-preference' });
     await page.setViewportSize({ width: 1200, height: 800 });
     clean(seen);
     await page.close();
