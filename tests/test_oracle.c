@@ -7,11 +7,11 @@
  * ORACLE_TOP tokens, kiln's log-probability is within the type's tolerance (oracle_models.c
  * gives each type's and why) of llama.cpp's, at worst and on average over the model; and at
  * each of ORACLE_GREEDY steps kiln's greedy choice is llama.cpp's wherever llama.cpp's lead
- * over its runner-up exceeds half that worst-case tolerance (0.01 nats for F32, 0.3 for most
- * quantized types). Closer calls are near-ties that either engine may break its own way:
- * counted and reported, not held. Measured with all three kernel sets: at half the
- * tolerance every held id agrees; at a sixth, 19 to 30 of 12520 quantized-model steps
- * flip, all of them smollm3 near-ties. The run is fed
+ * over its runner-up exceeds that worst-case tolerance (0.02 nats for F32, 0.6 for most
+ * quantized types): a lead within it can be closed by the two log-probabilities' allowed
+ * differences. Such near-ties either engine may break its own way: counted and reported,
+ * not held. (Measured with all three kernel sets: leads of 0.33-0.36 nats on quantized
+ * models do flip now and then.) The run is fed
  * llama.cpp's ids, so one step's comparison never depends on another's. Fixtures come from
  * llama.cpp with flash attention off: its CPU flash attention accumulates in F16, a noisier
  * reference than kiln's F32 sums. */
@@ -150,9 +150,9 @@ static void test_oracle_kiln_matches_llama_cpp(void **state)
             for (int s = 0; s < ORACLE_GREEDY; s++) {
                 uint32_t am;
                 (void)logprob(lg, nv, 0, &am);
-                /* a lead within half the tolerance is a near-tie either engine may
-                 * break its own way: counted, not held */
-                if (r->margin[s] <= tol.max / 2) {
+                /* a lead within the tolerance is a near-tie either engine may break its
+                 * own way: counted, not held */
+                if (r->margin[s] <= tol.max) {
                     ties++;
                 } else if (greedy_all++, am == r->greedy[s]) {
                     greedy_ok++;
