@@ -1,5 +1,5 @@
-/* The AVX-512 (F/BW/VL/VNNI) kernel set: Q8_0 and Q4_0 weights take two blocks per 512-bit
- * step with vpdpbusd (u8 x s8 -> s32 in one instruction), Q4_K and Q6_K 64 elements per
+/* The AVX-512 (F/BW/VL/VNNI) kernel set: Q8_0, Q4_0, Q5_0 and IQ4_NL weights take two blocks
+ * per 512-bit step with vpdpbusd (u8 x s8 -> s32 in one instruction), Q4_K and Q6_K 64 elements per
  * 512-bit maddubs+madd; float weights and the float kernels reuse the AVX2 code. Reached
  * only through kern_ops_get after a CPU check. As in the AVX2 set, a sequence's instruction
  * stream does not depend on how many sequences share the tile, so batching is bit-exact. */
@@ -44,30 +44,58 @@ static AI __m256i q4_0_weights(const struct quant_block_q4_0 *b)
     return _mm256_sub_epi8(_mm256_and_si256(q, _mm256_set1_epi8(15)), _mm256_set1_epi8(8));
 }
 
-/* One weight row (nb blocks of signed 8-bit weights, Q8_0 or Q4_0) against S Q8_0
+/* The 32-element block types whose weights are one f16 scale times signed bytes, run by
+ * the i8 tiles below: kind 0 Q8_0, 1 Q4_0, 2 Q5_0 (q - 16), 3 IQ4_NL (the table's levels). */
+enum { I8_Q8_0, I8_Q4_0, I8_Q5_0, I8_IQ4_NL };
+
+/* The 32 signed weights of block i of a row of kind, in element order. */
+static AI __m256i i8_weights(const void *w, const int kind, int i)
+{
+    if (kind == I8_Q8_0)
+        return _mm256_loadu_si256((const __m256i *)((const struct quant_block_q8_0 *)w)[i].qs);
+    if (kind == I8_Q4_0)
+        return q4_0_weights((const struct quant_block_q4_0 *)w + i);
+    const uint8_t *qs = kind == I8_Q5_0 ? ((const struct quant_block_q5_0 *)w)[i].qs
+                                        : ((const struct quant_block_iq4_nl *)w)[i].qs;
+    __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
+                                 _mm256_set1_epi8(15));
+    if (kind == I8_IQ4_NL)
+        return _mm256_shuffle_epi8(
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4_values)), q);
+    uint32_t h;
+    memcpy(&h, ((const struct quant_block_q5_0 *)w)[i].qh, sizeof h);
+    q = _mm256_or_si256(q, _mm256_maskz_mov_epi8((__mmask32)h, _mm256_set1_epi8(0x10)));
+    return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+}
+
+/* The f16 scale of block i of a row of kind. */
+static AI uint16_t i8_scale(const void *w, const int kind, int i)
+{
+    if (kind == I8_Q8_0)
+        return ((const struct quant_block_q8_0 *)w)[i].d;
+    if (kind == I8_Q4_0)
+        return ((const struct quant_block_q4_0 *)w)[i].d;
+    if (kind == I8_Q5_0)
+        return ((const struct quant_block_q5_0 *)w)[i].d;
+    return ((const struct quant_block_iq4_nl *)w)[i].d;
+}
+
+/* One weight row (nb blocks of signed 8-bit weights of an i8 kind) against S Q8_0
  * activations: pairs of blocks in 512 bits, then a last odd block in 256 bits. The sign of w
  * moves onto x so vpdpbusd sees |w| as unsigned. */
-static AI void tile_i8(const void *w, int q4, const char *x, size_t xs, int nb, const int S,
-                       float *y, size_t ys)
+static AI void tile_i8(const void *w, const int kind, const char *x, size_t xs, int nb,
+                       const int S, float *y, size_t ys)
 {
-    const struct quant_block_q8_0 *w8 = w;
-    const struct quant_block_q4_0 *w4 = w;
     __m512 acc[4];
     int i = 0;
     _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
         acc[k] = _mm512_setzero_ps();
     for (; i + 2 <= nb; i += 2) {
-        __m512i qw;
-        __m512 dw;
-        if (q4) {
-            qw = _mm512_inserti64x4(_mm512_castsi256_si512(q4_0_weights(w4 + i)),
-                                    q4_0_weights(w4 + i + 1), 1);
-            dw = scales2(w4[i].d, w4[i + 1].d);
-        } else {
-            qw = load2(w8[i].qs, w8[i + 1].qs);
-            dw = scales2(w8[i].d, w8[i + 1].d);
-        }
+        __m512i qw = _mm512_inserti64x4(_mm512_castsi256_si512(i8_weights(w, kind, i)),
+                                        i8_weights(w, kind, i + 1), 1);
+        __m512 dw = scales2(i8_scale(w, kind, i), i8_scale(w, kind, i + 1));
         __m512i aw = _mm512_abs_epi8(qw);
         __mmask64 neg = _mm512_movepi8_mask(qw);
         _Pragma("GCC unroll 4")
@@ -81,9 +109,8 @@ static AI void tile_i8(const void *w, int q4, const char *x, size_t xs, int nb, 
         }
     }
     if (i < nb) {
-        __m256i qw = q4 ? q4_0_weights(w4 + i)
-                        : _mm256_loadu_si256((const __m256i *)w8[i].qs);
-        float dw = _cvtsh_ss(q4 ? w4[i].d : w8[i].d);
+        __m256i qw = i8_weights(w, kind, i);
+        float dw = _cvtsh_ss(i8_scale(w, kind, i));
         __m256i aw = _mm256_abs_epi8(qw);
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
@@ -99,14 +126,14 @@ static AI void tile_i8(const void *w, int q4, const char *x, size_t xs, int nb, 
         y[k * ys] = hsum16(acc[k]);
 }
 
-static AI void row_i8(const void *w, int q4, const char *x, size_t xs, int n, int ns, float *y,
-                   size_t ys)
+static AI void row_i8(const void *w, const int kind, const char *x, size_t xs, int n, int ns,
+                      float *y, size_t ys)
 {
     int s = 0, nb = n / QUANT_QK;
     for (; s + 4 <= ns; s += 4)
-        tile_i8(w, q4, x + s * xs, xs, nb, 4, y + s * ys, ys);
+        tile_i8(w, kind, x + s * xs, xs, nb, 4, y + s * ys, ys);
     for (; s < ns; s++)
-        tile_i8(w, q4, x + s * xs, xs, nb, 1, y + s * ys, ys);
+        tile_i8(w, kind, x + s * xs, xs, nb, 1, y + s * ys, ys);
 }
 
 /* R adjacent weight rows (Q8_0 or Q4_0, rb bytes apart) against S Q8_0 activations: each
@@ -115,7 +142,7 @@ static AI void row_i8(const void *w, int q4, const char *x, size_t xs, int n, in
  * multiplies x + 128 by the signed weights, starting from -128 * (sum of the weights of each
  * group of four), so each product sum is exactly tile_i8's, and so is every float operation
  * after it: results match tile_i8 bit for bit whatever rows and sequences share a tile. */
-static AI void tile_rows_i8(const char *w, size_t rb, const int R, int q4, const char *x,
+static AI void tile_rows_i8(const char *w, size_t rb, const int R, const int kind, const char *x,
                             size_t xs, int nb, const int S, float *y, size_t ys)
 {
     const __m512i off = _mm512_set1_epi8((char)0x80);
@@ -138,18 +165,10 @@ static AI void tile_rows_i8(const char *w, size_t rb, const int R, int q4, const
         }
         _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++) {
-            const struct quant_block_q8_0 *w8 = (const void *)(w + r * rb);
-            const struct quant_block_q4_0 *w4 = (const void *)(w + r * rb);
-            __m512i qw;
-            __m512 dw;
-            if (q4) {
-                qw = _mm512_inserti64x4(_mm512_castsi256_si512(q4_0_weights(w4 + i)),
-                                        q4_0_weights(w4 + i + 1), 1);
-                dw = scales2(w4[i].d, w4[i + 1].d);
-            } else {
-                qw = load2(w8[i].qs, w8[i + 1].qs);
-                dw = scales2(w8[i].d, w8[i + 1].d);
-            }
+            const char *wr = w + r * rb;
+            __m512i qw = _mm512_inserti64x4(_mm512_castsi256_si512(i8_weights(wr, kind, i)),
+                                            i8_weights(wr, kind, i + 1), 1);
+            __m512 dw = scales2(i8_scale(wr, kind, i), i8_scale(wr, kind, i + 1));
             __m512i neg = _mm512_sub_epi32(_mm512_setzero_si512(),
                                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, qw));
             _Pragma("GCC unroll 4")
@@ -164,10 +183,9 @@ static AI void tile_rows_i8(const char *w, size_t rb, const int R, int q4, const
         const __m256i off8 = _mm256_set1_epi8((char)0x80);
         _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++) {
-            const struct quant_block_q8_0 *w8 = (const void *)(w + r * rb);
-            const struct quant_block_q4_0 *w4 = (const void *)(w + r * rb);
-            __m256i qw = q4 ? q4_0_weights(w4 + i) : _mm256_loadu_si256((const __m256i *)w8[i].qs);
-            float dw = _cvtsh_ss(q4 ? w4[i].d : w8[i].d);
+            const char *wr = w + r * rb;
+            __m256i qw = i8_weights(wr, kind, i);
+            float dw = _cvtsh_ss(i8_scale(wr, kind, i));
             __m256i neg = _mm256_sub_epi32(_mm256_setzero_si256(),
                                            _mm256_dpbusd_epi32(_mm256_setzero_si256(), off8, qw));
             _Pragma("GCC unroll 4")
@@ -191,20 +209,34 @@ static AI void tile_rows_i8(const char *w, size_t rb, const int R, int q4, const
 }
 
 /* Rows [0, R) of a tile against ns sequences, four at a time. */
-static AI void rows_i8(const char *w, size_t rb, const int R, int q4, const char *x, size_t xs,
+static AI void rows_i8(const char *w, size_t rb, const int R, const int kind, const char *x,
+                       size_t xs,
                        int n, int ns, float *y, size_t ys)
 {
     int s = 0, nb = n / QUANT_QK;
     for (; s + 4 <= ns; s += 4)
-        tile_rows_i8(w, rb, R, q4, x + s * xs, xs, nb, 4, y + s * ys, ys);
+        tile_rows_i8(w, rb, R, kind, x + s * xs, xs, nb, 4, y + s * ys, ys);
     for (; s < ns; s++)
-        tile_rows_i8(w, rb, R, q4, x + s * xs, xs, nb, 1, y + s * ys, ys);
+        tile_rows_i8(w, rb, R, kind, x + s * xs, xs, nb, 1, y + s * ys, ys);
 }
 
-static void rows2_i8(const char *w, size_t rb, int q4, const char *x, size_t xs, int n, int ns,
+/* Two rows of kind (each kind its own specialised copy). */
+static void rows2_i8(const char *w, size_t rb, int kind, const char *x, size_t xs, int n, int ns,
                      float *y, size_t ys)
 {
-    rows_i8(w, rb, 2, q4, x, xs, n, ns, y, ys);
+    switch (kind) {
+    case I8_Q8_0: rows_i8(w, rb, 2, I8_Q8_0, x, xs, n, ns, y, ys); break;
+    case I8_Q4_0: rows_i8(w, rb, 2, I8_Q4_0, x, xs, n, ns, y, ys); break;
+    case I8_Q5_0: rows_i8(w, rb, 2, I8_Q5_0, x, xs, n, ns, y, ys); break;
+    default: rows_i8(w, rb, 2, I8_IQ4_NL, x, xs, n, ns, y, ys); break;
+    }
+}
+
+/* The i8 kind of a weight type, -1 for another type. */
+static int i8_kind(enum ggml_type t)
+{
+    return t == GGML_TYPE_Q8_0 ? I8_Q8_0 : t == GGML_TYPE_Q4_0 ? I8_Q4_0
+         : t == GGML_TYPE_Q5_0 ? I8_Q5_0 : t == GGML_TYPE_IQ4_NL ? I8_IQ4_NL : -1;
 }
 
 /* Sub-block scales and mins of a Q4_K block as 8 int16 each (quant.h's packing). */
@@ -357,8 +389,8 @@ static void avx512_matmul(const struct kern_mat *W, const struct kern_act *X, in
         }
         return;
     }
-    if (t != GGML_TYPE_Q8_0 && t != GGML_TYPE_Q4_0 && t != GGML_TYPE_Q4_K &&
-        t != GGML_TYPE_Q6_K) {
+    int kind = i8_kind(t);
+    if (kind < 0 && t != GGML_TYPE_Q4_K && t != GGML_TYPE_Q6_K) {
         kern_avx2_matmul(W, X, n_seq, Y, y_stride, row_begin, row_end);
         return;
     }
@@ -373,19 +405,22 @@ static void avx512_matmul(const struct kern_mat *W, const struct kern_act *X, in
          * time streams the weights faster (SmolLM batch 4: 11 ms/step vs 20 with pairs);
          * from eight, pairs win (batch 16: 38-42 vs 45 ms/step); four rows at a time lost
          * (batch 8: 34-45 vs 21-25 ms/step). */
-        if ((t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0) && ns > 4) {
-            int q4 = t == GGML_TYPE_Q4_0;
+        if (kind >= 0 && ns > 4) {
             for (; r + 2 <= row_end; r += 2)
-                rows2_i8(wd + (size_t)r * W->row_bytes, W->row_bytes, q4, xs0, X->stride, X->n,
-                         ns, Y + (size_t)s0 * y_stride + r, (size_t)y_stride);
+                rows2_i8(wd + (size_t)r * W->row_bytes, W->row_bytes, kind, xs0, X->stride,
+                         X->n, ns, Y + (size_t)s0 * y_stride + r, (size_t)y_stride);
         }
         for (; r < row_end; r++) {
             const void *row = wd + (size_t)r * W->row_bytes;
             float *y = Y + (size_t)s0 * y_stride + r;
-            if (t == GGML_TYPE_Q8_0)
-                row_i8(row, 0, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
-            else if (t == GGML_TYPE_Q4_0)
-                row_i8(row, 1, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
+            if (kind == I8_Q8_0)
+                row_i8(row, I8_Q8_0, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
+            else if (kind == I8_Q4_0)
+                row_i8(row, I8_Q4_0, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
+            else if (kind == I8_Q5_0)
+                row_i8(row, I8_Q5_0, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
+            else if (kind == I8_IQ4_NL)
+                row_i8(row, I8_IQ4_NL, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
             else if (t == GGML_TYPE_Q4_K)
                 row_q4_k(row, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
             else

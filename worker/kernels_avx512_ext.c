@@ -1,5 +1,6 @@
-/* AVX-512 (F/BW/VL/VNNI) matmul rows for Q4_1, Q5_0, Q5_1, IQ4_NL (two 32-element blocks
- * per 512-bit step against Q8_0 activations, vpdpbusd) and Q2_K, Q3_K, Q5_K, IQ4_XS (64
+/* AVX-512 (F/BW/VL/VNNI) matmul rows for Q4_1 and Q5_1 (two 32-element blocks per 512-bit
+ * step against Q8_0 activations, vpdpbusd; Q5_0 and IQ4_NL run kernels_avx512.c's signed
+ * 8-bit tiles with Q8_0 and Q4_0) and Q2_K, Q3_K, Q5_K, IQ4_XS (64
  * elements per 512-bit maddubs + madd against Q8_K). Integer parts are exact; only the
  * float accumulation order differs from the scalar reference. A sequence's instruction
  * stream does not depend on how many sequences share a tile, so batching is bit-exact.
@@ -340,18 +341,14 @@ static AI void tile_iq4_xs(const struct quant_block_iq4_xs *w, const char *x, si
     }
 
 #define CALL_Q4_1(w, x, xs, n, S, y, ys)   tile_b32(w, B32_Q4_1, x, xs, (n) / QUANT_QK, S, y, ys)
-#define CALL_Q5_0(w, x, xs, n, S, y, ys)   tile_b32(w, B32_Q5_0, x, xs, (n) / QUANT_QK, S, y, ys)
 #define CALL_Q5_1(w, x, xs, n, S, y, ys)   tile_b32(w, B32_Q5_1, x, xs, (n) / QUANT_QK, S, y, ys)
-#define CALL_IQ4_NL(w, x, xs, n, S, y, ys) tile_b32(w, B32_IQ4_NL, x, xs, (n) / QUANT_QK, S, y, ys)
 #define CALL_Q2_K(w, x, xs, n, S, y, ys)   tile_q23_k(w, 0, x, xs, (n) / QUANT_QK_K, S, y, ys)
 #define CALL_Q3_K(w, x, xs, n, S, y, ys)   tile_q23_k(w, 1, x, xs, (n) / QUANT_QK_K, S, y, ys)
 #define CALL_Q5_K(w, x, xs, n, S, y, ys)   tile_q5_k(w, x, xs, (n) / QUANT_QK_K, S, y, ys)
 #define CALL_IQ4_XS(w, x, xs, n, S, y, ys) tile_iq4_xs(w, x, xs, (n) / QUANT_QK_K, S, y, ys)
 
 ROW_FN(row_q4_1, CALL_Q4_1)
-ROW_FN(row_q5_0, CALL_Q5_0)
 ROW_FN(row_q5_1, CALL_Q5_1)
-ROW_FN(row_iq4_nl, CALL_IQ4_NL)
 ROW_FN(row_q2_k, CALL_Q2_K)
 ROW_FN(row_q3_k, CALL_Q3_K)
 ROW_FN(row_q5_k, CALL_Q5_K)
@@ -361,9 +358,7 @@ kern_row_fn kern_avx512_ext_row(enum ggml_type t)
 {
     switch (t) {
     case GGML_TYPE_Q4_1: return row_q4_1;
-    case GGML_TYPE_Q5_0: return row_q5_0;
     case GGML_TYPE_Q5_1: return row_q5_1;
-    case GGML_TYPE_IQ4_NL: return row_iq4_nl;
     case GGML_TYPE_Q2_K: return row_q2_k;
     case GGML_TYPE_Q3_K: return row_q3_k;
     case GGML_TYPE_Q5_K: return row_q5_k;
