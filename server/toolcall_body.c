@@ -1,4 +1,5 @@
-/* A call's text into calls (toolcall_impl.h): the JSON call objects of Hermes, Llama 3,
+/* A call's text into calls (toolcall_impl.h): inside <tool_call>, Qwen3-Coder's
+ * <function=...> and GLM's <arg_key>/<arg_value> forms too; the JSON call objects of Hermes, Llama 3,
  * Mistral and Granite ({"name", "arguments" or "parameters"}, alone or in an array), Llama
  * 3.1's name.call(key="value"), DeepSeek R1's call blocks and functionary's name line. The
  * whole body is checked before any call is emitted, so a bad body emits nothing. Arguments
@@ -371,6 +372,68 @@ out:
     return rc;
 }
 
+/* GLM 4.5/4.6 inside <tool_call>: NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>... */
+static int calls_glm(const char *s, size_t n, struct calls *cs)
+{
+    size_t p = 0, name_len = 0;
+    int rc = -EINVAL;
+    trim(&s, &n);
+    while (name_len < n && s[name_len] != '\n' && s[name_len] != '<')
+        name_len++;
+    const char *name = s;
+    size_t nl = name_len;
+    trim(&name, &nl);
+    if (!valid_name(name, nl))
+        return -EINVAL;
+    for (size_t i = 0; i < nl; i++) /* an identifier, not any text between the tags */
+        if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
+              (name[i] >= '0' && name[i] <= '9') || strchr("_.:-", name[i])))
+            return -EINVAL;
+    json_t *args = json_object();
+    if (!args)
+        return -ENOMEM;
+    p = name_len;
+    for (;;) {
+        skip_ws(s, n, &p);
+        if (p >= n)
+            break;
+        if (!eat(s, n, &p, "<arg_key>"))
+            goto out;
+        const char *kend = memmem(s + p, n - p, "</arg_key>", 10);
+        if (!kend || (size_t)(kend - s) - p >= 128 || kend == s + p)
+            goto out;
+        char key[128];
+        memcpy(key, s + p, (size_t)(kend - s) - p);
+        key[(size_t)(kend - s) - p] = '\0';
+        p = (size_t)(kend - s) + 10;
+        skip_ws(s, n, &p);
+        if (!eat(s, n, &p, "<arg_value>"))
+            goto out;
+        const char *vend = memmem(s + p, n - p, "</arg_value>", 12);
+        if (!vend)
+            goto out;
+        json_t *val = xml_value(s + p, (size_t)(vend - s) - p);
+        if (!val || json_object_set_new(args, key, val) < 0)
+            goto out;
+        p = (size_t)(vend - s) + 12;
+    }
+    struct call_ref *c = add(cs);
+    if (!c)
+        goto out;
+    c->name = name;
+    c->name_len = nl;
+    if (!(c->owned_args = json_dumps(args, JSON_COMPACT))) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    c->args = c->owned_args;
+    c->args_len = strlen(c->owned_args);
+    rc = 0;
+out:
+    json_decref(args);
+    return rc;
+}
+
 /* [TOOL_CALLS] then a JSON list, or name[ARGS]{...} */
 static int calls_mistral(const char *s, size_t n, struct calls *cs)
 {
@@ -412,8 +475,12 @@ int tc_parse_body(struct toolcall *t, const struct tc_marker *m, const char *s, 
         const char *b = s;
         size_t bn = n;
         trim(&b, &bn);
-        rc = bn > 10 && memcmp(b, "<function=", 10) == 0 ? calls_xml(s, n, cs)
-                                                         : calls_json(s, n, cs);
+        if (bn > 10 && memcmp(b, "<function=", 10) == 0)
+            rc = calls_xml(s, n, cs);
+        else if (bn && b[0] != '{' && b[0] != '[')
+            rc = calls_glm(s, n, cs);
+        else
+            rc = calls_json(s, n, cs);
         break;
     }
     case TC_BODY_BARE:

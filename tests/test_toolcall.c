@@ -142,6 +142,20 @@ static void test_qwen3_coder_xml_call(void **state)
     check(TOOLCALL_FORMAT_HERMES, false, bad, bad, NULL, 0, NULL, NULL);
 }
 
+static void test_glm_arg_key_call(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"get_weather", "get_time"};
+    static const char *const args[] = {"{\"city\":\"Paris\",\"days\":[1,2]}", "{}"};
+    check(TOOLCALL_FORMAT_HERMES, true,
+          "<think>need it</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n"
+          "<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>[1,2]</arg_value>\n"
+          "</tool_call>\n<tool_call>get_time\n</tool_call>",
+          "", "need it", 2, names, args);
+    const char *bad = "<tool_call>get_weather\n<arg_key>city</arg_key>\n</tool_call>";
+    check(TOOLCALL_FORMAT_HERMES, false, bad, bad, NULL, 0, NULL, NULL);
+}
+
 static void test_hermes_malformed_call_is_content(void **state)
 {
     (void)state;
@@ -346,6 +360,7 @@ static void test_format_detected_from_real_templates(void **state)
         {"Qwen-Qwen2.5-7B-Instruct.jinja", TOOLCALL_FORMAT_HERMES, false},
         {"Qwen-Qwen3-0.6B.jinja", TOOLCALL_FORMAT_HERMES, true},
         {"Qwen3.5-4B.jinja", TOOLCALL_FORMAT_HERMES, true},
+        {"GLM-4.6.jinja", TOOLCALL_FORMAT_HERMES, true},
         {"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", TOOLCALL_FORMAT_HERMES, false},
         {"meta-llama-Llama-3.1-8B-Instruct.jinja", TOOLCALL_FORMAT_LLAMA3, false},
         {"meta-llama-Llama-3.2-3B-Instruct.jinja", TOOLCALL_FORMAT_LLAMA3, false},
@@ -402,7 +417,7 @@ static void test_random_replies_keep_the_invariants(void **state)
         "\"arguments\"", "\"parameters\"", "<think>", "</think>", "[TOOL_CALLS]", "[ARGS]",
         "<|tool_call|>", "<|/tool_call|>", "<|python_tag|>", ".call(", "q=", "\"x\"", ")",
         ">>>", "all", "\n", " ", "x", "<function=f>", "<parameter=k>", "</parameter>",
-        "</function>", "\xc3\xa9", "\\", "\"", "```json", "```", "1", "null",
+        "</function>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "\xc3\xa9", "\\", "\"", "```json", "```", "1", "null",
         "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>",
         "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>function",
         "<\xef\xbd\x9ctool\xe2\x96\x81" "sep\xef\xbd\x9c>",
@@ -450,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_hermes_two_calls),
         cmocka_unit_test(test_hermes_arguments_as_json_string_unwrapped),
         cmocka_unit_test(test_qwen3_coder_xml_call),
+        cmocka_unit_test(test_glm_arg_key_call),
         cmocka_unit_test(test_hermes_malformed_call_is_content),
         cmocka_unit_test(test_hermes_unclosed_valid_call_at_end_is_a_call),
         cmocka_unit_test(test_plain_text_and_lookalikes_pass),
