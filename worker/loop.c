@@ -56,6 +56,7 @@ struct loop {
     int idle_ms;
     volatile sig_atomic_t *stop;
     bool stopping; /* sends no longer wait for room */
+    bool kv_wait;  /* the next job waits for room in the KV cache: a sequence must end */
 
     struct loop_seq *seqs; /* (n_slots) */
     int *order;            /* (n_slots) running slots, in admission order */
@@ -197,6 +198,7 @@ static void seq_end(struct loop *l, struct loop_seq *s)
     gmask_grammar_put(l->gm, s->grammar);
     s->grammar = NULL;
     model_seq_free(l->m, (int)(s - l->seqs));
+    l->kv_wait = false;
     if (s->paused) {
         s->paused = false;
         l->n_paused--;
@@ -526,21 +528,13 @@ static void sleep_idle(struct loop *l)
 
 /* Step 4: STARTED, prefill, the first token. The new sequence joins this iteration's decode
  * step unless it ended already. */
-static void start(struct loop *l, struct loop_job *job)
+static void start(struct loop *l, struct loop_job *job, int slot, uint32_t cached)
 {
-    struct loop_seq *s = NULL;
+    struct loop_seq *s = &l->seqs[slot];
     uint64_t t0;
-    int slot, rc;
+    int rc;
 
-    for (uint32_t i = 0; i < l->n_slots && !s; i++)
-        if (!l->seqs[i].active)
-            s = &l->seqs[i];
-    if (!s) { /* admission counted the free slots */
-        job_release(l, job);
-        send_failed(l, job->req_id, "no free sequence slot");
-        return;
-    }
-    slot = (int)(s - l->seqs);
+    (void)cached;
     send_started(l, job->req_id, job->n_prompt);
     flush(l); /* the front learns of the start before a long prefill */
     sampler_reset(s->sampler, &job->sampling, job->prompt, job->n_prompt);
@@ -581,8 +575,17 @@ static void start(struct loop *l, struct loop_job *job)
 
 /* Step 3: admit waiting jobs in order within the prefill budget (the first in any case) and
  * start each. A job cancelled while it waited is dropped when it reaches the front. */
+static int free_slot(const struct loop *l)
+{
+    for (uint32_t i = 0; i < l->n_slots; i++)
+        if (!l->seqs[i].active)
+            return (int)i;
+    return -1; /* admission counts the free slots, so never */
+}
+
 static void admit(struct loop *l)
 {
+    int slot, rc;
     uint32_t budget = l->max_prefill_tokens, admitted = 0, free_slots = l->n_slots - l->n_active;
 
     while (l->q_len) {
@@ -599,12 +602,31 @@ static void admit(struct loop *l)
         }
         if ((admitted > 0 && job->n_prompt > budget) || admitted >= free_slots)
             break;
+        slot = free_slot(l);
+        /* room in the KV cache: linked prefix blocks and a reservation for its growth */
+        rc = model_seq_begin(l->m, slot, job->prompt, job->n_prompt,
+                             job->n_prompt + job->max_new_tokens, 1);
+        if (rc == -EAGAIN) {
+            l->kv_wait = true; /* until a sequence ends */
+            break;
+        }
+        if (rc < 0) {
+            uint64_t id = job->req_id;
+            const char *why = l->m->error[0] ? l->m->error : strerror(-rc);
+
+            log_warn("request %llu: not admitted: %s", (unsigned long long)id, why);
+            job_release(l, job);
+            queue_pop(l);
+            publish_counts(l);
+            send_failed(l, id, why);
+            continue;
+        }
         budget = job->n_prompt < budget ? budget - job->n_prompt : 0;
         admitted++;
         /* the job's storage stays untouched until the next read_records */
         queue_pop(l);
         publish_counts(l);
-        start(l, job);
+        start(l, job, slot, (uint32_t)rc);
     }
 }
 
@@ -697,6 +719,8 @@ static void fail_all(struct loop *l, const char *why)
 static bool can_admit(const struct loop *l)
 {
     if (l->q_len == 0)
+        return false;
+    if (l->kv_wait && !l->jobs[l->queue[l->q_head]].cancelled)
         return false;
     return l->n_active < l->n_slots || l->jobs[l->queue[l->q_head]].cancelled;
 }

@@ -42,7 +42,7 @@ static void on_stop_signal(int sig)
 struct worker_args {
     long id, shm_fd, wake_fd, notify_fd, parent_pid;
     const char *model;
-    long max_sequences, max_prefill_tokens, ctx, threads, mock_delay_ms, mock_load_ms;
+    long max_sequences, max_prefill_tokens, ctx, kv_cache_tokens, threads, mock_delay_ms, mock_load_ms;
     const char *mock_reply, *mock_tool_reply;
     int mock_faults;
 };
@@ -53,6 +53,7 @@ static void usage(FILE *out)
             "usage: kiln-worker --id N --shm-fd FD --wake-fd FD --notify-fd FD\n"
             "                   --model mock|FILE.gguf [--parent-pid PID]\n"
             "                   [--max-sequences N] [--max-prefill-tokens N] [--ctx N]\n"
+            "                   [--kv-cache-tokens N (default: max-sequences x ctx)]\n"
             "                   [--threads N (default: every core)] [--mock-reply TEXT]\n"
             "                   [--mock-tool-reply TEXT]\n"
             "                   [--mock-delay-ms N] [--mock-load-ms N]\n"
@@ -84,6 +85,7 @@ static int parse_args(int argc, char **argv, struct worker_args *a)
         {"max-sequences", required_argument, NULL, 'S'},
         {"max-prefill-tokens", required_argument, NULL, 'P'},
         {"ctx", required_argument, NULL, 'c'},
+        {"kv-cache-tokens", required_argument, NULL, 'K'},
         {"threads", required_argument, NULL, 't'},
         {"mock-reply", required_argument, NULL, 'r'},
         {"mock-tool-reply", required_argument, NULL, 'T'},
@@ -110,6 +112,7 @@ static int parse_args(int argc, char **argv, struct worker_args *a)
         case 'S': num = &a->max_sequences; min = 1; max = 4096; break;
         case 'P': num = &a->max_prefill_tokens; min = 1; break;
         case 'c': num = &a->ctx; min = 2; max = WIRE_MAX_PROMPT; break;
+        case 'K': num = &a->kv_cache_tokens; max = INT_MAX; break;
         case 't': num = &a->threads; max = 1024; break;
         case 'd': num = &a->mock_delay_ms; max = 3600000; break;
         case 'L': num = &a->mock_load_ms; max = 3600000; break;
@@ -192,6 +195,7 @@ static struct model *load_model(const struct worker_args *a)
     struct model_llama_opts lo = {
         .max_sequences = (uint32_t)a->max_sequences,
         .ctx = (uint32_t)a->ctx,
+        .kv_tokens = (uint32_t)a->kv_cache_tokens,
         /* 0 (run alone): every core; the front passes its share */
         .threads = a->threads ? (int)a->threads : (int)model_info_default_threads(1),
     };

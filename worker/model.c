@@ -43,6 +43,15 @@ void model_seq_free(struct model *m, int slot)
         m->ops->seq_free(m, slot);
 }
 
+int model_seq_begin(struct model *m, int slot, const uint32_t *prompt, uint32_t n,
+                    uint32_t max_len, int reuse)
+{
+    m->error[0] = '\0';
+    if (!m->ops->seq_begin)
+        return 0;
+    return m->ops->seq_begin(m, slot, prompt, n, max_len, reuse);
+}
+
 void model_destroy(struct model *m)
 {
     if (m && m->ops->destroy)

@@ -30,6 +30,13 @@ struct model_ops {
                         float *logits, struct model_result *res);
     /* Forget slot's tokens; its memory is reused by a later prefill. */
     void (*seq_free)(struct model *m, int slot);
+    /* Optional (NULL: every sequence fits and nothing is reused): before prefill, claims
+     * room for a sequence of prompt (n tokens) growing to max_len positions, and links the
+     * cached part of the prompt when reuse. Returns the prompt positions reused (the
+     * following prefill computes only the rest), -EAGAIN when the cache has no room now
+     * (try again after a sequence ends), or -ENOSPC with a message when it never would. */
+    int (*seq_begin)(struct model *m, int slot, const uint32_t *prompt, uint32_t n,
+                     uint32_t max_len, int reuse);
     void (*destroy)(struct model *m);
 };
 
@@ -58,6 +65,8 @@ int model_prefill(struct model *m, int slot, const uint32_t *prompt, uint32_t n,
 int model_decode_batch(struct model *m, const int *slots, const uint32_t *tokens, int n,
                        float *logits, struct model_result *res);
 void model_seq_free(struct model *m, int slot);
+int model_seq_begin(struct model *m, int slot, const uint32_t *prompt, uint32_t n,
+                    uint32_t max_len, int reuse);
 void model_destroy(struct model *m);
 
 #endif

@@ -115,10 +115,16 @@ static void mm_go(struct llama *L, int n_jobs)
     threadpool_run(L->pool, mm_task, L, total);
 }
 
+/* Element offset of position off of a block's layer in kv_k / kv_v. */
+static size_t kv_at(const struct llama *L, uint32_t block, int layer, uint32_t off)
+{
+    return (((size_t)block * (size_t)L->c.n_layers + (size_t)layer) * KV_BLOCK + off) *
+           (size_t)L->c.kv_dim;
+}
+
 static size_t kv_index(const struct llama *L, int slot, int layer, int pos)
 {
-    return (((size_t)slot * (size_t)L->c.n_layers + (size_t)layer) * L->ctx + (size_t)pos) *
-           (size_t)L->c.kv_dim;
+    return kv_at(L, kv_cache_block(L->kvc, slot, (uint32_t)pos), layer, (uint32_t)pos % KV_BLOCK);
 }
 
 /* Row b: biases, per-head norms, RoPE at its position (the layer's table, or none), then its
@@ -200,8 +206,8 @@ static void attn_task(void *ctx, int task, int thread)
     int kvh = h / (c->n_heads / c->n_kv_heads), pos = L->row_pos[b];
     int t0 = ly->window && (uint32_t)pos >= ly->window ? pos - (int)ly->window + 1 : 0;
     int n_t = pos + 1 - t0;
-    size_t base = kv_index(L, L->row_slot[b], L->layer, t0) + (size_t)kvh * c->head_dim;
-    const uint16_t *kc = L->kv_k + base, *vc = L->kv_v + base;
+    const uint32_t *tab = kv_cache_table(L->kvc, L->row_slot[b]);
+    size_t head = (size_t)kvh * c->head_dim, kv_dim = (size_t)c->kv_dim;
     float *q = L->q + (size_t)b * c->q_dim + (size_t)h * c->head_dim;
     float *out = L->ao + (size_t)b * c->q_dim + (size_t)h * c->head_dim;
     float *att = L->att + (size_t)thread * L->ctx;
@@ -209,18 +215,31 @@ static void attn_task(void *ctx, int task, int thread)
 
     /* the query (this head's part is this task's alone) and the attention weights rounded
      * to F16, as llama.cpp's products with its F16 cache round them: the two then agree to
-     * float rounding, not to F16's */
+     * float rounding, not to F16's. Positions are read a block at a time through the
+     * slot's block table. */
     round_f16(q, c->head_dim);
-    for (int t = 0; t < n_t; t++)
-        att[t] = L->k->dot_f16(kc + (size_t)t * c->kv_dim, q, c->head_dim) * scale;
+    for (int t = t0; t <= pos;) {
+        int end = (t / KV_BLOCK + 1) * KV_BLOCK;
+        const uint16_t *kc = L->kv_k + kv_at(L, tab[t / KV_BLOCK], L->layer, (uint32_t)t % KV_BLOCK) + head;
+        if (end > pos + 1)
+            end = pos + 1;
+        for (; t < end; t++, kc += kv_dim)
+            att[t - t0] = L->k->dot_f16(kc, q, c->head_dim) * scale;
+    }
     if (cap > 0.0f)
         for (int t = 0; t < n_t; t++)
             att[t] = cap * tanhf(att[t] / cap);
     L->k->softmax(att, n_t);
     round_f16(att, n_t);
     memset(out, 0, (size_t)c->head_dim * sizeof(float));
-    for (int t = 0; t < n_t; t++)
-        L->k->axpy_f16(out, att[t], vc + (size_t)t * c->kv_dim, c->head_dim);
+    for (int t = t0; t <= pos;) {
+        int end = (t / KV_BLOCK + 1) * KV_BLOCK;
+        const uint16_t *vc = L->kv_v + kv_at(L, tab[t / KV_BLOCK], L->layer, (uint32_t)t % KV_BLOCK) + head;
+        if (end > pos + 1)
+            end = pos + 1;
+        for (; t < end; t++, vc += kv_dim)
+            L->k->axpy_f16(out, att[t - t0], vc, c->head_dim);
+    }
 }
 
 /* Row b of a block input: the residual add of the previous block's output (when add; that
@@ -360,6 +379,43 @@ static int check_slot(struct llama *L, int slot, char *err, size_t errlen)
     return 0;
 }
 
+static void llama_seq_free(struct model *m, int slot)
+{
+    struct llama *L = (struct llama *)m;
+    if (slot >= 0 && (uint32_t)slot < m->max_sequences) {
+        kv_cache_end(L->kvc, slot);
+        L->begun[slot] = 0;
+    }
+}
+
+static int llama_seq_begin(struct model *m, int slot, const uint32_t *prompt, uint32_t n,
+                           uint32_t max_len, int reuse)
+{
+    struct llama *L = (struct llama *)m;
+    int rc;
+
+    if ((rc = check_slot(L, slot, m->error, sizeof(m->error))) < 0)
+        return rc;
+    if (n == 0 || n > L->ctx) {
+        model_llama_msg(m->error, sizeof(m->error), "prompt of %u tokens: the context holds 1 to %u",
+                        n, L->ctx);
+        return n ? -ENOSPC : -EINVAL;
+    }
+    if (max_len > L->ctx)
+        max_len = L->ctx;
+    llama_seq_free(m, slot);
+    rc = kv_cache_begin(L->kvc, slot, prompt, n, max_len, reuse != 0);
+    if (rc == -ENOSPC)
+        model_llama_msg(m->error, sizeof(m->error),
+                        "a sequence of up to %u positions needs %u KV blocks of %d; the cache "
+                        "holds %u (--kv-cache-tokens)", max_len < n ? n : max_len,
+                        ((max_len < n ? n : max_len) + KV_BLOCK - 1) / KV_BLOCK, KV_BLOCK,
+                        L->kv_blocks);
+    if (rc >= 0)
+        L->begun[slot] = 1;
+    return rc;
+}
+
 static int llama_prefill(struct model *m, int slot, const uint32_t *prompt, uint32_t n,
                          float *logits)
 {
@@ -384,19 +440,30 @@ static int llama_prefill(struct model *m, int slot, const uint32_t *prompt, uint
             return -EINVAL;
         }
     }
-    L->seq_len[slot] = 0;
-    for (uint32_t start = 0; start < n; start += MODEL_LLAMA_CHUNK) {
+    if (!L->begun[slot]) { /* a caller that did not claim room: reuse what it can */
+        if ((rc = llama_seq_begin(m, slot, prompt, n, n, 1)) < 0) {
+            if (rc == -EAGAIN)
+                model_llama_msg(m->error, sizeof(m->error), "the KV cache has no room now");
+            return rc;
+        }
+    }
+    L->begun[slot] = 0;
+    for (uint32_t start = kv_cache_len(L->kvc, slot); start < n; start += MODEL_LLAMA_CHUNK) {
         int rows = (int)(n - start < MODEL_LLAMA_CHUNK ? n - start : MODEL_LLAMA_CHUNK);
+        if (kv_cache_grow(L->kvc, slot, (uint32_t)rows) < 0) {
+            model_llama_msg(m->error, sizeof(m->error), "the KV cache is full");
+            return -ENOSPC;
+        }
         for (int i = 0; i < rows; i++) {
             L->row_tok[i] = prompt[start + (uint32_t)i];
             L->row_slot[i] = slot;
             L->row_pos[i] = (int)start + i;
         }
         forward(L, rows);
+        kv_cache_commit(L->kvc, slot, prompt + start, (uint32_t)rows);
         if (start + (uint32_t)rows == n)
             logits_rows(L, rows - 1, 1, logits);
     }
-    L->seq_len[slot] = n;
     return 0;
 }
 
@@ -426,16 +493,20 @@ static int llama_decode_batch(struct model *m, const int *slots, const uint32_t 
             res[i].status = -EINVAL;
             model_llama_msg(res[i].error, sizeof(res[i].error), "token %u out of range (vocabulary %d)",
                 tokens[i], L->c.n_vocab);
-        } else if (L->seq_len[s] >= L->ctx) {
+        } else if (kv_cache_len(L->kvc, s) >= L->ctx) {
             res[i].status = -ENOSPC;
             model_llama_msg(res[i].error, sizeof(res[i].error), "the context of %u tokens is full", L->ctx);
+        } else if (kv_cache_grow(L->kvc, s, 1) < 0) {
+            res[i].status = -ENOSPC;
+            model_llama_msg(res[i].error, sizeof(res[i].error), "the KV cache of %u blocks is full",
+                            L->kv_blocks);
         }
         if (res[i].status < 0)
             continue;
         L->mark[s] = L->stamp;
         L->row_tok[rows] = tokens[i];
         L->row_slot[rows] = s;
-        L->row_pos[rows] = (int)L->seq_len[s];
+        L->row_pos[rows] = (int)kv_cache_len(L->kvc, s);
         L->row_of[rows] = i;
         rows++;
     }
@@ -448,7 +519,7 @@ static int llama_decode_batch(struct model *m, const int *slots, const uint32_t 
                 logits_rows(L, r, 1, logits + (size_t)L->row_of[r] * L->c.n_vocab);
         }
         for (int r = 0; r < rows; r++)
-            L->seq_len[L->row_slot[r]]++;
+            kv_cache_commit(L->kvc, L->row_slot[r], &L->row_tok[r], 1);
     }
     return n;
 }
@@ -460,13 +531,6 @@ static int llama_decode(struct model *m, int slot, uint32_t token, float *logits
     if (r.status < 0)
         snprintf(m->error, sizeof(m->error), "%s", r.error);
     return r.status;
-}
-
-static void llama_seq_free(struct model *m, int slot)
-{
-    struct llama *L = (struct llama *)m;
-    if (slot >= 0 && (uint32_t)slot < m->max_sequences)
-        L->seq_len[slot] = 0;
 }
 
 void model_llama_free(struct model *m)
@@ -493,7 +557,8 @@ void model_llama_free(struct model *m)
     free(L->row_tok);
     free(L->kv_k);
     free(L->kv_v);
-    free(L->seq_len);
+    kv_cache_destroy(L->kvc);
+    free(L->begun);
     free(L->mark);
     free(L->layers);
     free(L->vec_arena);
@@ -506,6 +571,7 @@ const struct model_ops model_llama_ops = {
     .decode = llama_decode,
     .decode_batch = llama_decode_batch,
     .seq_free = llama_seq_free,
+    .seq_begin = llama_seq_begin,
     .destroy = model_llama_free,
 };
 

@@ -27,6 +27,8 @@ struct model_llama_opts {
     uint32_t ctx;
     /* KV-cache bytes that ctx 0 may use. 0: a quarter of physical memory, at most 8 GiB. */
     uint64_t kv_budget;
+    /* Positions of the paged KV cache shared by all sequences. 0: max_sequences x ctx. */
+    uint32_t kv_tokens;
     int threads;                   /* threads for the matrix products, caller included; 0: 1 */
     const struct kern_ops *kernels; /* NULL: kern_ops_select() (env KILN_KERNELS) */
     int quiet;                     /* no progress lines on stderr */

@@ -8,6 +8,7 @@
 
 #include "gguf.h"
 #include "kernels.h"
+#include "kv_cache.h"
 #include "model_llama.h"
 
 #define MAX_MM_JOBS  3
@@ -113,10 +114,13 @@ struct llama {
     size_t vec_used, vec_cap;
     uint64_t weight_bytes;     /* read per token: all matrices and one embedding row */
 
-    /* KV cache, F16: (max_sequences, n_layers, ctx, kv_dim) each for K and V. */
+    /* KV cache, F16, paged (kv_cache.h): (kv_blocks, n_layers, KV_BLOCK, kv_dim) each for K
+     * and V, addressed through each slot's block table. */
     uint32_t ctx;
+    uint32_t kv_blocks;
+    struct kv_cache *kvc;
     uint16_t *kv_k, *kv_v;
-    uint32_t *seq_len; /* (max_sequences) tokens in each slot's cache */
+    uint8_t *begun;    /* (max_sequences) seq_begin ran and prefill has not yet */
     uint32_t *mark;    /* (max_sequences) duplicate-slot check of a decode step */
     uint32_t stamp;
 

@@ -379,13 +379,15 @@ static uint32_t choose_ctx(const struct llama *L, const struct model_llama_opts 
 static int alloc_state(struct llama *L, uint32_t max_seq, char *err, size_t errlen)
 {
     const struct llama_config *c = &L->c;
-    size_t nb = (size_t)L->nb, kv = (size_t)max_seq * (size_t)c->n_layers * L->ctx * c->kv_dim;
+    size_t nb = (size_t)L->nb, kv = (size_t)L->kv_blocks * (size_t)c->n_layers * KV_BLOCK * c->kv_dim;
     bool ok = true;
+    int kerr = 0;
 
 #define ALLOC(p, n) ok = ok && ((p) = calloc((n), sizeof(*(p)))) != NULL
     ALLOC(L->kv_k, kv);
     ALLOC(L->kv_v, kv);
-    ALLOC(L->seq_len, max_seq);
+    ALLOC(L->begun, max_seq);
+    ok = ok && (L->kvc = kv_cache_create(L->kv_blocks, max_seq, L->ctx, &kerr)) != NULL;
     ALLOC(L->mark, max_seq);
     ALLOC(L->x, nb * c->dim);
     ALLOC(L->xb, nb * c->dim);
@@ -438,6 +440,13 @@ struct model *model_llama_create(const char *path, const struct model_llama_opts
         goto fail;
     }
     L->n_threads = o->threads > 0 ? o->threads : 1;
+    {
+        /* default: every slot its whole context, as before the cache was paged */
+        uint64_t per_seq = (L->ctx + KV_BLOCK - 1) / KV_BLOCK;
+        uint64_t blocks = o->kv_tokens ? (o->kv_tokens + KV_BLOCK - 1) / KV_BLOCK
+                                       : (uint64_t)max_seq * per_seq;
+        L->kv_blocks = blocks > UINT32_MAX / 2 ? UINT32_MAX / 2 : (uint32_t)blocks;
+    }
     L->nb = max_seq > MODEL_LLAMA_CHUNK ? (int)max_seq : MODEL_LLAMA_CHUNK;
     if (alloc_state(L, max_seq, err, errlen) < 0)
         goto fail;
@@ -460,10 +469,10 @@ struct model *model_llama_create(const char *path, const struct model_llama_opts
                  "%.1f MiB of weights per token",
                  L->base.name, L->c.arch, L->c.dim, L->c.n_layers, L->c.n_heads,
                  L->c.n_kv_heads, L->c.ffn, L->c.n_vocab, (double)L->weight_bytes / (1 << 20));
-        log_info("model %s: context %u x %u sequences (KV cache %.1f MiB, F16), %d threads, "
-                 "%s kernels",
-                 L->base.name, L->ctx, max_seq,
-                 4.0 * max_seq * L->c.n_layers * (double)L->ctx * L->c.kv_dim / (1 << 20),
+        log_info("model %s: context %u, %u sequences sharing a KV cache of %u positions "
+                 "(%u blocks of %d, %.1f MiB, F16), %d threads, %s kernels",
+                 L->base.name, L->ctx, max_seq, L->kv_blocks * KV_BLOCK, L->kv_blocks, KV_BLOCK,
+                 4.0 * L->kv_blocks * KV_BLOCK * L->c.n_layers * (double)L->c.kv_dim / (1 << 20),
                  L->n_threads, L->k->name);
     }
     return &L->base;

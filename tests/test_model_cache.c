@@ -1,0 +1,195 @@
+/* Prompt reuse in the engine (model_llama over kv_cache): a prompt whose first blocks are
+ * cached gives the same logits, bit for bit, at its prefill and at every decode step after
+ * it as the same prompt computed whole, on stories260K and on a generated model of every
+ * architecture (gemma's with a sliding window shorter than the prompt); two running
+ * sequences sharing blocks decode as they would alone; a sequence larger than the cache is
+ * refused by name, and one that does not fit now is told to wait. Equal logits make greedy
+ * and seeded sampling equal too (the sampler sees nothing else). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../worker/model_llama.h"
+#include "lib/model_gen.h"
+
+#define STEPS 12
+#define N1    50 /* the earlier prompt */
+#define N2    70 /* the new one: N1 - 10 shared tokens, then its own */
+
+static char dir[] = "/tmp/kiln-cache-XXXXXX";
+
+static int setup(void **state)
+{
+    (void)state;
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    char cmd[128];
+    (void)state;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static uint32_t argmax(const float *x, uint32_t n)
+{
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+/* Prefill prompt in slot with or without reuse, then STEPS greedy decode steps; every
+ * logits row into out ((STEPS + 1) x n_vocab). Returns the positions reused. */
+static int run(struct model *m, int slot, const uint32_t *p, uint32_t n, int reuse, float *out)
+{
+    int got = model_seq_begin(m, slot, p, n, n + STEPS + 1, reuse);
+    assert_true(got >= 0);
+    assert_int_equal(model_prefill(m, slot, p, n, out), 0);
+    for (int s = 0; s < STEPS; s++) {
+        float *cur = out + (size_t)s * m->n_vocab;
+        assert_int_equal(m->ops->decode(m, slot, argmax(cur, m->n_vocab), cur + m->n_vocab), 0);
+    }
+    return got;
+}
+
+static void prompts(uint32_t *p1, uint32_t *p2, uint32_t n_vocab)
+{
+    for (uint32_t i = 0; i < N1; i++)
+        p1[i] = 3 + (i * 37) % (n_vocab - 3);
+    memcpy(p2, p1, (N1 - 10) * sizeof(uint32_t));
+    for (uint32_t i = N1 - 10; i < N2; i++)
+        p2[i] = 3 + (i * 53 + 11) % (n_vocab - 3);
+}
+
+static void check_model(struct model *m, const char *name)
+{
+    size_t rows = (size_t)(STEPS + 1) * m->n_vocab;
+    float *want = malloc(rows * sizeof(float)), *got = malloc(rows * sizeof(float));
+    float *got2 = malloc(rows * sizeof(float)), *scratch = malloc(rows * sizeof(float));
+    uint32_t p1[N1], p2[N2];
+    int slots[2] = {0, 1};
+    uint32_t toks[2];
+    struct model_result res[2];
+    float *two = malloc(2 * (size_t)m->n_vocab * sizeof(float));
+
+    assert_non_null(want);
+    assert_non_null(got);
+    assert_non_null(got2);
+    assert_non_null(scratch);
+    assert_non_null(two);
+    prompts(p1, p2, m->n_vocab);
+    /* p1 cached, then p2 links its first blocks (40 shared tokens: 2 full blocks) */
+    run(m, 0, p1, N1, 0, scratch);
+    model_seq_free(m, 0);
+    if (run(m, 0, p2, N2, 1, got) != 32)
+        fail_msg("%s: expected 32 positions reused", name);
+    model_seq_free(m, 0);
+    /* p2 computed whole */
+    assert_int_equal(run(m, 0, p2, N2, 0, want), 0);
+    if (memcmp(want, got, rows * sizeof(float)) != 0)
+        fail_msg("%s: logits with the cache differ from logits without it", name);
+    model_seq_free(m, 0);
+    /* two running sequences on the same cached blocks, decoded in one batch */
+    assert_true(model_seq_begin(m, 0, p2, N2, N2 + STEPS + 1, 1) > 0);
+    assert_int_equal(model_prefill(m, 0, p2, N2, got), 0);
+    assert_true(model_seq_begin(m, 1, p2, N2, N2 + STEPS + 1, 1) > 0);
+    assert_int_equal(model_prefill(m, 1, p2, N2, got2), 0);
+    for (int s = 0; s < STEPS; s++) {
+        float *a = got + (size_t)s * m->n_vocab, *b = got2 + (size_t)s * m->n_vocab;
+        toks[0] = argmax(a, m->n_vocab);
+        toks[1] = argmax(b, m->n_vocab);
+        assert_int_equal(model_decode_batch(m, slots, toks, 2, two, res), 2);
+        assert_int_equal(res[0].status, 0);
+        assert_int_equal(res[1].status, 0);
+        memcpy(a + m->n_vocab, two, m->n_vocab * sizeof(float));
+        memcpy(b + m->n_vocab, two + m->n_vocab, m->n_vocab * sizeof(float));
+    }
+    if (memcmp(want, got, rows * sizeof(float)) || memcmp(want, got2, rows * sizeof(float)))
+        fail_msg("%s: sequences sharing blocks decode differently", name);
+    model_seq_free(m, 0);
+    model_seq_free(m, 1);
+    free(want);
+    free(got);
+    free(got2);
+    free(scratch);
+    free(two);
+}
+
+static void test_model_cache_stories_outputs_equal_with_and_without_reuse(void **state)
+{
+    const char *shared = getenv("KILN_SHARED");
+    char path[512], err[256];
+    struct model_llama_opts mo = {.max_sequences = 2, .ctx = 256, .threads = 2, .quiet = 1};
+    struct model *m;
+    (void)state;
+    snprintf(path, sizeof(path), "%s/models/stories260K.gguf", shared ? shared : "../shared");
+    m = model_llama_create(path, &mo, err, sizeof(err));
+    if (!m)
+        fail_msg("%s", err);
+    check_model(m, "stories260K");
+    model_destroy(m);
+}
+
+static void test_model_cache_every_architecture_outputs_equal_with_and_without_reuse(void **state)
+{
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3",
+                                        "phi3",  "granite", "smollm3"};
+    (void)state;
+    for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++) {
+        struct model_gen_opts o = {.arch = archs[i], .dim = 64, .layers = 4, .heads = 4,
+                                   .kv_heads = 2, .ffn = 128, .ctx = 256,
+                                   .type = GGML_TYPE_Q8_0, .seed = 5, .peak = 4.0f};
+        struct model_llama_opts mo = {.max_sequences = 2, .ctx = 256, .threads = 2, .quiet = 1};
+        char path[128], err[256];
+        struct model *m;
+        if (!strncmp(archs[i], "gemma", 5))
+            o.window = 20; /* local layers see 20 positions: reads cross blocks */
+        snprintf(path, sizeof(path), "%s/%s.gguf", dir, archs[i]);
+        assert_int_equal(model_gen_write(&o, path, err, sizeof(err)), 0);
+        if (!(m = model_llama_create(path, &mo, err, sizeof(err))))
+            fail_msg("%s: %s", archs[i], err);
+        check_model(m, archs[i]);
+        model_destroy(m);
+    }
+}
+
+static void test_model_cache_sequence_larger_than_the_cache_is_refused(void **state)
+{
+    const char *shared = getenv("KILN_SHARED");
+    char path[512], err[256];
+    struct model_llama_opts mo = {.max_sequences = 2, .ctx = 256, .kv_tokens = 64,
+                                  .threads = 1, .quiet = 1};
+    uint32_t p[40];
+    struct model *m;
+    (void)state;
+    snprintf(path, sizeof(path), "%s/models/stories260K.gguf", shared ? shared : "../shared");
+    assert_non_null(m = model_llama_create(path, &mo, err, sizeof(err)));
+    for (int i = 0; i < 40; i++)
+        p[i] = 10 + (uint32_t)i;
+    assert_int_equal(model_seq_begin(m, 0, p, 40, 100, 1), -ENOSPC);
+    assert_non_null(strstr(m->error, "--kv-cache-tokens"));
+    assert_int_equal(model_seq_begin(m, 0, p, 40, 48, 1), 0);
+    assert_int_equal(model_seq_begin(m, 1, p, 40, 48, 1), -EAGAIN);
+    model_seq_free(m, 0);
+    assert_int_equal(model_seq_begin(m, 1, p, 40, 48, 1), 0);
+    model_destroy(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_model_cache_stories_outputs_equal_with_and_without_reuse),
+        cmocka_unit_test(test_model_cache_every_architecture_outputs_equal_with_and_without_reuse),
+        cmocka_unit_test(test_model_cache_sequence_larger_than_the_cache_is_refused),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

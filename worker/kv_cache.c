@@ -1,0 +1,308 @@
+/* Paged KV bookkeeping: blocks, block tables, the prefix index and the LRU of released
+ * blocks (kv_cache.h). */
+#include "kv_cache.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NONE UINT32_MAX
+
+struct kv_blk {
+    uint32_t refs;
+    bool indexed;
+    uint64_t hash, parent;       /* this block's chain hash and the one before it (0: none) */
+    uint32_t next_in_bucket;
+    uint32_t lru_prev, lru_next; /* in the LRU while indexed and refs == 0 */
+};
+
+struct kv_slot {
+    bool active;
+    uint32_t len, n_blocks, reserved;
+    uint64_t last_hash; /* chain hash of the last full block, 0 before the first */
+    uint32_t *table;    /* (max_blocks) */
+    uint32_t *tokens;   /* (max_blocks * KV_BLOCK) */
+};
+
+struct kv_cache {
+    uint32_t n_blocks, n_slots, max_blocks;
+    struct kv_blk *blk;
+    uint32_t *block_tokens; /* (n_blocks, KV_BLOCK) an indexed block's tokens */
+    uint32_t *free_stack, n_free;
+    uint32_t lru_head, lru_tail, n_lru; /* head: released longest ago */
+    uint32_t *buckets, mask;
+    struct kv_slot *slots;
+    uint32_t *slot_mem;
+    uint32_t outstanding; /* blocks reserved by running slots and not yet taken */
+    uint64_t evictions, reused_tokens;
+};
+
+static uint64_t chain_hash(uint64_t parent, const uint32_t *tok)
+{
+    uint64_t h = parent ^ 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < KV_BLOCK; i++) {
+        h = (h ^ tok[i]) * 0x100000001b3ull;
+        h ^= h >> 29;
+    }
+    h = (h ^ (h >> 31)) * 0xbf58476d1ce4e5b9ull;
+    return (h ^ (h >> 32)) | 1; /* never 0, which means "no parent" */
+}
+
+struct kv_cache *kv_cache_create(uint32_t n_blocks, uint32_t n_slots, uint32_t max_ctx, int *err)
+{
+    struct kv_cache *c;
+    uint32_t nb = 1;
+    bool ok;
+
+    if (!n_blocks || !n_slots || !max_ctx) {
+        *err = -EINVAL;
+        return NULL;
+    }
+    if (!(c = calloc(1, sizeof(*c)))) {
+        *err = -ENOMEM;
+        return NULL;
+    }
+    while (nb < 2 * n_blocks)
+        nb <<= 1;
+    c->n_blocks = n_blocks;
+    c->n_slots = n_slots;
+    c->max_blocks = (max_ctx + KV_BLOCK - 1) / KV_BLOCK;
+    c->mask = nb - 1;
+    c->blk = calloc(n_blocks, sizeof(*c->blk));
+    c->block_tokens = calloc((size_t)n_blocks * KV_BLOCK, sizeof(uint32_t));
+    c->free_stack = calloc(n_blocks, sizeof(uint32_t));
+    c->buckets = malloc((size_t)nb * sizeof(uint32_t));
+    c->slots = calloc(n_slots, sizeof(*c->slots));
+    c->slot_mem = calloc((size_t)n_slots * c->max_blocks * (KV_BLOCK + 1), sizeof(uint32_t));
+    ok = c->blk && c->block_tokens && c->free_stack && c->buckets && c->slots && c->slot_mem;
+    if (!ok) {
+        kv_cache_destroy(c);
+        *err = -ENOMEM;
+        return NULL;
+    }
+    for (uint32_t i = 0; i < nb; i++)
+        c->buckets[i] = NONE;
+    for (uint32_t i = 0; i < n_blocks; i++)
+        c->free_stack[i] = n_blocks - 1 - i; /* block 0 first */
+    c->n_free = n_blocks;
+    c->lru_head = c->lru_tail = NONE;
+    for (uint32_t s = 0; s < n_slots; s++) {
+        uint32_t *mem = c->slot_mem + (size_t)s * c->max_blocks * (KV_BLOCK + 1);
+        c->slots[s].table = mem;
+        c->slots[s].tokens = mem + c->max_blocks;
+    }
+    return c;
+}
+
+void kv_cache_destroy(struct kv_cache *c)
+{
+    if (!c)
+        return;
+    free(c->blk);
+    free(c->block_tokens);
+    free(c->free_stack);
+    free(c->buckets);
+    free(c->slots);
+    free(c->slot_mem);
+    free(c);
+}
+
+static void lru_remove(struct kv_cache *c, uint32_t b)
+{
+    struct kv_blk *k = &c->blk[b];
+    if (k->lru_prev != NONE)
+        c->blk[k->lru_prev].lru_next = k->lru_next;
+    else
+        c->lru_head = k->lru_next;
+    if (k->lru_next != NONE)
+        c->blk[k->lru_next].lru_prev = k->lru_prev;
+    else
+        c->lru_tail = k->lru_prev;
+    c->n_lru--;
+}
+
+static void lru_push(struct kv_cache *c, uint32_t b)
+{
+    struct kv_blk *k = &c->blk[b];
+    k->lru_next = NONE;
+    k->lru_prev = c->lru_tail;
+    if (c->lru_tail != NONE)
+        c->blk[c->lru_tail].lru_next = b;
+    else
+        c->lru_head = b;
+    c->lru_tail = b;
+    c->n_lru++;
+}
+
+static uint32_t index_find(const struct kv_cache *c, uint64_t hash, uint64_t parent,
+                           const uint32_t *tok)
+{
+    for (uint32_t b = c->buckets[hash & c->mask]; b != NONE; b = c->blk[b].next_in_bucket) {
+        const struct kv_blk *k = &c->blk[b];
+        if (k->hash == hash && k->parent == parent &&
+            !memcmp(c->block_tokens + (size_t)b * KV_BLOCK, tok, KV_BLOCK * sizeof(uint32_t)))
+            return b;
+    }
+    return NONE;
+}
+
+static void index_remove(struct kv_cache *c, uint32_t b)
+{
+    uint32_t *p = &c->buckets[c->blk[b].hash & c->mask];
+    while (*p != b)
+        p = &c->blk[*p].next_in_bucket;
+    *p = c->blk[b].next_in_bucket;
+    c->blk[b].indexed = false;
+}
+
+/* A block for a running slot: a free one, else the one released longest ago. */
+static uint32_t take_block(struct kv_cache *c)
+{
+    uint32_t b;
+    if (c->n_free) {
+        b = c->free_stack[--c->n_free];
+    } else if (c->lru_head != NONE) {
+        b = c->lru_head;
+        lru_remove(c, b);
+        index_remove(c, b);
+        c->evictions++;
+    } else {
+        return NONE;
+    }
+    c->blk[b].refs = 1;
+    c->blk[b].indexed = false;
+    return b;
+}
+
+int kv_cache_begin(struct kv_cache *c, int slot, const uint32_t *prompt, uint32_t n,
+                   uint32_t max_len, bool reuse)
+{
+    struct kv_slot *s = &c->slots[slot];
+    uint32_t want, linked = 0, from_lru = 0, avail, need;
+    uint64_t parent = 0;
+
+    if (max_len < n)
+        max_len = n;
+    want = (max_len + KV_BLOCK - 1) / KV_BLOCK;
+    if (want > c->n_blocks || want > c->max_blocks)
+        return -ENOSPC;
+    /* count first, change nothing until it fits */
+    for (uint32_t i = 0; reuse && (i + 1) * KV_BLOCK <= n - 1; i++) {
+        uint64_t h = chain_hash(parent, prompt + (size_t)i * KV_BLOCK);
+        uint32_t b = index_find(c, h, parent, prompt + (size_t)i * KV_BLOCK);
+        if (b == NONE)
+            break;
+        if (c->blk[b].refs == 0)
+            from_lru++;
+        s->table[linked++] = b;
+        parent = h;
+    }
+    avail = c->n_free + c->n_lru - c->outstanding;
+    need = want - linked + from_lru;
+    if (need > avail)
+        return -EAGAIN;
+    for (uint32_t i = 0; i < linked; i++) {
+        uint32_t b = s->table[i];
+        if (c->blk[b].refs++ == 0)
+            lru_remove(c, b);
+    }
+    memcpy(s->tokens, prompt, (size_t)linked * KV_BLOCK * sizeof(uint32_t));
+    s->active = true;
+    s->len = linked * KV_BLOCK;
+    s->n_blocks = linked;
+    s->reserved = want;
+    s->last_hash = parent;
+    c->outstanding += want - linked;
+    c->reused_tokens += (uint64_t)linked * KV_BLOCK;
+    return (int)(linked * KV_BLOCK);
+}
+
+int kv_cache_grow(struct kv_cache *c, int slot, uint32_t n)
+{
+    struct kv_slot *s = &c->slots[slot];
+    uint32_t end = s->len + n, need = (end + KV_BLOCK - 1) / KV_BLOCK;
+
+    if (!s->active || need > c->max_blocks)
+        return -ENOSPC;
+    if (need > s->reserved) { /* past the reservation: only from blocks nobody reserved */
+        if (need - s->reserved > c->n_free + c->n_lru - c->outstanding)
+            return -ENOSPC;
+        c->outstanding += need - s->reserved;
+        s->reserved = need;
+    }
+    while (s->n_blocks < need) {
+        uint32_t b = take_block(c);
+        if (b == NONE)
+            return -ENOSPC; /* the reservation rules this out */
+        s->table[s->n_blocks++] = b;
+        c->outstanding--;
+    }
+    return 0;
+}
+
+void kv_cache_commit(struct kv_cache *c, int slot, const uint32_t *tokens, uint32_t n)
+{
+    struct kv_slot *s = &c->slots[slot];
+
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t pos = s->len++;
+        s->tokens[pos] = tokens[i];
+        if ((pos + 1) % KV_BLOCK == 0) {
+            const uint32_t *tok = s->tokens + (pos + 1 - KV_BLOCK);
+            uint32_t b = s->table[pos / KV_BLOCK];
+            uint64_t h = chain_hash(s->last_hash, tok);
+
+            if (!c->blk[b].indexed && index_find(c, h, s->last_hash, tok) == NONE) {
+                struct kv_blk *k = &c->blk[b];
+                k->hash = h;
+                k->parent = s->last_hash;
+                k->indexed = true;
+                memcpy(c->block_tokens + (size_t)b * KV_BLOCK, tok, KV_BLOCK * sizeof(uint32_t));
+                k->next_in_bucket = c->buckets[h & c->mask];
+                c->buckets[h & c->mask] = b;
+            }
+            s->last_hash = h;
+        }
+    }
+}
+
+uint32_t kv_cache_len(const struct kv_cache *c, int slot)
+{
+    return c->slots[slot].len;
+}
+
+const uint32_t *kv_cache_table(const struct kv_cache *c, int slot)
+{
+    return c->slots[slot].table;
+}
+
+void kv_cache_end(struct kv_cache *c, int slot)
+{
+    struct kv_slot *s = &c->slots[slot];
+
+    if (!s->active)
+        return;
+    /* released last block first, so the LRU drops a chain's tail before its head */
+    for (uint32_t i = s->n_blocks; i-- > 0;) {
+        uint32_t b = s->table[i];
+        if (--c->blk[b].refs > 0)
+            continue;
+        if (c->blk[b].indexed)
+            lru_push(c, b);
+        else
+            c->free_stack[c->n_free++] = b;
+    }
+    c->outstanding -= s->reserved - s->n_blocks;
+    s->active = false;
+    s->len = s->n_blocks = s->reserved = 0;
+    s->last_hash = 0;
+}
+
+void kv_cache_get_stats(const struct kv_cache *c, struct kv_cache_stats *st)
+{
+    st->blocks = c->n_blocks;
+    st->cached = c->n_lru;
+    st->used = c->n_blocks - c->n_free - c->n_lru;
+    st->evictions = c->evictions;
+    st->reused_tokens = c->reused_tokens;
+}

@@ -1,0 +1,67 @@
+/* The bookkeeping of a paged KV cache (DESIGN "Prompt reuse"): a pool of fixed-size blocks of
+ * KV_BLOCK positions, a block table per sequence slot, and an index of full blocks by the
+ * hash of every token up to and including the block, so a new sequence whose prompt starts
+ * like an earlier one links those blocks (reference counted, read-only) and computes only
+ * the rest. Blocks no sequence holds stay indexed until space is needed, then are reused
+ * least recently released first; a block a sequence holds is never taken from it.
+ *
+ * Admission is by reservation: kv_cache_begin counts the blocks a sequence may grow into
+ * (prompt and output) against the blocks free or evictable, so a running sequence always
+ * finds a block when it needs one. Only numbers here: the engine owns the K and V memory
+ * and addresses it by block id. Single-threaded (the worker's loop); nothing allocated
+ * after kv_cache_create. */
+#ifndef KV_CACHE_H
+#define KV_CACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define KV_BLOCK 16 /* positions per block */
+
+struct kv_cache;
+
+struct kv_cache_stats {
+    uint32_t blocks, used, cached; /* all, held by a sequence, held by none but indexed */
+    uint64_t evictions;            /* indexed blocks reused for other tokens */
+    uint64_t reused_tokens;        /* prompt positions linked instead of computed */
+};
+
+/* A pool of n_blocks blocks for n_slots sequences of at most max_ctx positions. Returns NULL
+ * with *err = -ENOMEM or -EINVAL (a zero count). */
+struct kv_cache *kv_cache_create(uint32_t n_blocks, uint32_t n_slots, uint32_t max_ctx, int *err);
+void kv_cache_destroy(struct kv_cache *c);
+
+/* Starts slot (which must be empty) for a prompt of n tokens that may grow to max_len
+ * positions: links the longest run of indexed blocks the prompt starts with (when reuse; at
+ * most n - 1 positions, so the last prompt token is always computed) and reserves the
+ * blocks it may still need. Returns the positions linked (a multiple of KV_BLOCK), -EAGAIN
+ * when the free and evictable blocks do not cover it now (nothing changed), or -ENOSPC when
+ * the whole pool would not (nothing changed). */
+int kv_cache_begin(struct kv_cache *c, int slot, const uint32_t *prompt, uint32_t n,
+                   uint32_t max_len, bool reuse);
+
+/* Makes sure slot has blocks for positions [len, len + n): within its reservation always,
+ * past it only from blocks no other slot reserved. Returns 0 or -ENOSPC. */
+int kv_cache_grow(struct kv_cache *c, int slot, uint32_t n);
+
+/* Records that positions [len, len + n) of slot now hold tokens' keys and values: the
+ * length advances and each block filled is indexed (unless an equal one is). */
+void kv_cache_commit(struct kv_cache *c, int slot, const uint32_t *tokens, uint32_t n);
+
+/* Positions slot holds. */
+uint32_t kv_cache_len(const struct kv_cache *c, int slot);
+
+/* Releases slot's blocks (full ones stay indexed) and its reservation. Empty slots: no-op. */
+void kv_cache_end(struct kv_cache *c, int slot);
+
+void kv_cache_get_stats(const struct kv_cache *c, struct kv_cache_stats *st);
+
+/* Slot's block table: entry i holds positions [i * KV_BLOCK, (i + 1) * KV_BLOCK). */
+const uint32_t *kv_cache_table(const struct kv_cache *c, int slot);
+
+static inline uint32_t kv_cache_block(const struct kv_cache *c, int slot, uint32_t pos)
+{
+    return kv_cache_table(c, slot)[pos / KV_BLOCK];
+}
+
+#endif
