@@ -7,9 +7,9 @@
  *   JOB      [v, 1, id, [tok...], max_new_tokens, sampling, "grammar" (may be empty)]
  *            sampling = [temperature, top_p, min_p, presence_penalty, frequency_penalty,
  *                        repetition_penalty, top_k, seed, top_logprobs, logprobs, ignore_eos,
- *                        [[token, bias]...]]
+ *                        [[token, bias]...], no_cache]
  *   CANCEL   [v, 2, id]
- *   STARTED  [v, 3, id, prompt_tokens]
+ *   STARTED  [v, 3, id, prompt_tokens, cached_tokens (of them, reused from the KV cache)]
  *   TOKEN    [v, 4, id, token, logprob, [[token, logprob]...]]
  *   DONE     [v, 5, id, reason, completion_tokens]
  *   FAILED   [v, 6, id, "error"]
@@ -25,7 +25,7 @@
 
 #include <msgpack.h>
 
-#define PROTO_N_SAMPLING 12
+#define PROTO_N_SAMPLING 13
 
 /* Fields of each record type, header included. */
 static uint32_t proto_count(enum msg_type type)
@@ -38,7 +38,7 @@ static uint32_t proto_count(enum msg_type type)
     case MSG_TYPE_RESUME:
         return 3;
     case MSG_TYPE_STARTED:
-        return 4;
+        return 5;
     case MSG_TYPE_TOKEN:
         return 6;
     case MSG_TYPE_DONE:
@@ -112,6 +112,7 @@ static int proto_pack_sampling(msgpack_packer *pk, const struct proto_sampling *
         ret |= msgpack_pack_uint32(pk, s->logit_bias[i].token);
         ret |= msgpack_pack_float(pk, s->logit_bias[i].bias);
     }
+    ret |= s->no_cache ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
     return ret;
 }
 
@@ -138,6 +139,7 @@ static int proto_pack_body(msgpack_packer *pk, const struct proto_msg *msg)
         break;
     case MSG_TYPE_STARTED:
         ret |= msgpack_pack_uint32(pk, msg->u.prompt_tokens);
+        ret |= msgpack_pack_uint32(pk, msg->cached_tokens);
         break;
     case MSG_TYPE_TOKEN: {
         const struct proto_token *t = &msg->u.token;
@@ -340,6 +342,8 @@ static bool proto_get_sampling(const msgpack_object *o, struct proto_sampling *s
                          sizeof(s->logit_bias[0]), &s->logit_bias[0].bias,
                          sizeof(s->logit_bias[0]), false))
         return false;
+    if (!proto_get_bool(&f[12], &s->no_cache))
+        return false;
     return proto_sampling_valid(s);
 }
 
@@ -405,6 +409,7 @@ static bool proto_get_msg(const msgpack_object *root, struct proto_msg *out, uin
     if (!proto_get_u64(&f[2], &out->req_id))
         return false;
     out->type = (enum msg_type)type;
+    out->cached_tokens = 0;
     f += 3;
     switch (out->type) {
     case MSG_TYPE_JOB:
@@ -414,7 +419,9 @@ static bool proto_get_msg(const msgpack_object *root, struct proto_msg *out, uin
     case MSG_TYPE_RESUME:
         return true;
     case MSG_TYPE_STARTED:
-        return proto_get_u32(&f[0], &out->u.prompt_tokens);
+        return proto_get_u32(&f[0], &out->u.prompt_tokens) &&
+               proto_get_u32(&f[1], &out->cached_tokens) &&
+               out->cached_tokens <= out->u.prompt_tokens;
     case MSG_TYPE_TOKEN: {
         struct proto_token *t = &out->u.token;
         return proto_get_u32(&f[0], &t->token) && proto_get_float(&f[1], &t->logprob, true) &&

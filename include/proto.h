@@ -28,6 +28,7 @@ struct proto_sampling {
     uint32_t top_logprobs;    /* alternatives per token, <= WIRE_MAX_TOP_LOGPROBS */
     bool logprobs;            /* send the chosen token's logprob with each TOKEN */
     bool ignore_eos;          /* for benchmarks: EOS is sampled like any token */
+    bool no_cache;            /* cache_prompt: false: compute the whole prompt, reuse nothing */
     uint32_t n_logit_bias;    /* <= WIRE_MAX_LOGIT_BIAS */
     struct proto_logit_bias logit_bias[WIRE_MAX_LOGIT_BIAS];
 };
@@ -75,6 +76,7 @@ struct proto_msg {
         char error[WIRE_MAX_ERROR + 1]; /* MSG_TYPE_FAILED, NUL-terminated */
         /* MSG_TYPE_CANCEL has no fields */
     } u;
+    uint32_t cached_tokens; /* MSG_TYPE_STARTED: of prompt_tokens, reused from the KV cache */
 };
 
 /* Encode msg into buf. Returns the encoded length, -ENOSPC if it does not fit in cap, or

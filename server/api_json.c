@@ -67,9 +67,10 @@ static json_t *envelope(const struct request *r, const char *object)
 
 static json_t *usage(const struct request *r)
 {
-    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)r->prompt_tokens,
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)r->prompt_tokens,
                      "completion_tokens", (json_int_t)r->completion_tokens, "total_tokens",
-                     (json_int_t)r->prompt_tokens + (json_int_t)r->completion_tokens);
+                     (json_int_t)r->prompt_tokens + (json_int_t)r->completion_tokens,
+                     "prompt_tokens_details", "cached_tokens", (json_int_t)r->cached_tokens);
 }
 
 const char *api_finish_name(enum finish_reason reason)

@@ -228,6 +228,12 @@ static int parse_sampling(struct request *r, json_t *o, struct api_params *p, st
     }
     if ((rc = get_bool(o, "ignore_eos", &s->ignore_eos, e)) < 0)
         return rc;
+    {
+        bool cache_prompt = true; /* llama.cpp's field: false computes the whole prompt */
+        if ((rc = get_bool(o, "cache_prompt", &cache_prompt, e)) < 0)
+            return rc;
+        s->no_cache = !cache_prompt;
+    }
     return parse_logit_bias(r, o, e);
 }
 

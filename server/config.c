@@ -42,6 +42,9 @@ static const struct opt opts[] = {
      "context length in tokens (0: the model's context_length, capped so every worker's "
      "max-sequences x ctx of F16 KV cache fits a quarter of RAM, at most 8 GiB; the mock's "
      "is 4096)"},
+    {"kv-cache-tokens", OPT_U32, F(kv_cache_tokens), 0, UINT32_MAX, "0",
+     "positions of each worker's paged KV cache, shared by its sequences and kept for "
+     "prompt reuse (0: max-sequences x ctx, the same memory as slots of ctx each)"},
     {"threads", OPT_U32, F(threads), 0, 1024, "0",
      "threads per worker (0: the online cores divided among the workers, at least 1)"},
     {"max-body-bytes", OPT_U64, F(max_body_bytes), 1, UINT64_C(1) << 40, "1048576",

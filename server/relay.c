@@ -196,8 +196,11 @@ int relay_feed(struct relay *r, const struct proto_msg *m, struct relay_out *out
         if (r->state != RELAY_STATE_QUEUED)
             return -EPROTO;
         r->state = RELAY_STATE_RUNNING;
-        if (!r->finished)
-            event_add(out, RELAY_EVENT_STARTED)->prompt_tokens = m->u.prompt_tokens;
+        if (!r->finished) {
+            struct relay_event *ev = event_add(out, RELAY_EVENT_STARTED);
+            ev->prompt_tokens = m->u.prompt_tokens;
+            ev->cached_tokens = m->cached_tokens;
+        }
         return 0;
     case MSG_TYPE_TOKEN:
         if (r->state != RELAY_STATE_RUNNING)

@@ -45,6 +45,7 @@ struct relay_token {
 struct relay_event {
     enum relay_event_type type;
     uint32_t prompt_tokens;           /* STARTED */
+    uint32_t cached_tokens;           /* STARTED: of prompt_tokens, reused from the KV cache */
     const char *text;                 /* TEXT: whole UTF-8 characters (not NUL-terminated) */
     size_t len;                       /* TEXT */
     uint32_t n_tokens;                /* TEXT: tokens accounted for by this event */

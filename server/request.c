@@ -346,10 +346,11 @@ static void stream_begin(struct request *lead)
     }
 }
 
-static void emit_started(struct request *r, uint32_t prompt_tokens)
+static void emit_started(struct request *r, uint32_t prompt_tokens, uint32_t cached_tokens)
 {
     struct request *lead = r->lead;
     r->prompt_tokens = prompt_tokens;
+    r->cached_tokens = cached_tokens;
     if (r == lead) /* admission -> the worker starts the job */
         metrics_observe_queue_time(&r->f->metrics, hist_now_us() - lead->t_admit_us);
     if (lead->stream)
@@ -623,7 +624,7 @@ static void handle_event(struct request *r, const struct relay_event *ev)
     switch (ev->type) {
     case RELAY_EVENT_STARTED:
         r->started = true;
-        emit_started(r, ev->prompt_tokens);
+        emit_started(r, ev->prompt_tokens, ev->cached_tokens);
         break;
     case RELAY_EVENT_TEXT:
         emit_text(r, ev);

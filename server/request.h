@@ -77,6 +77,7 @@ struct request {
     struct toolcall *tc_parser;
     struct evbuffer *text; /* whole (non-stream) replies: the text so far */
     uint32_t prompt_tokens, completion_tokens;
+    uint32_t cached_tokens; /* of prompt_tokens, reused from the worker's KV cache */
 
     /* n choices are n requests, each its own job (seeds seed, seed+1, ...); the lead (choice
      * 0) holds the connection, the answer being built (outs) and the group's timers, and is

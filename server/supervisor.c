@@ -236,7 +236,7 @@ int supervisor_spawn(struct worker *w)
     struct workers *ws = w->ws;
     const struct kiln_config *c = ws->cfg;
     char a_id[16], a_ppid[24], a_shm[8], a_wake[8], a_note[8], a_seq[16], a_pre[16], a_ctx[16];
-    char a_thr[16], a_delay[16], a_load[16];
+    char a_thr[16], a_delay[16], a_load[16], a_kv[16];
     char *argv[40];
     int n = 0, err, pipefd[2] = {-1, -1};
     pid_t pid;
@@ -280,6 +280,7 @@ int supervisor_spawn(struct worker *w)
     snprintf(a_pre, sizeof(a_pre), "%u", c->max_prefill_tokens);
     snprintf(a_ctx, sizeof(a_ctx), "%u", ws->max_context);
     snprintf(a_thr, sizeof(a_thr), "%u", c->threads);
+    snprintf(a_kv, sizeof(a_kv), "%u", c->kv_cache_tokens);
     snprintf(a_delay, sizeof(a_delay), "%u", c->mock_delay_ms);
     snprintf(a_load, sizeof(a_load), "%u", c->mock_load_ms);
     argv[n++] = ws->exe;
@@ -301,6 +302,10 @@ int supervisor_spawn(struct worker *w)
     argv[n++] = a_pre;
     argv[n++] = "--ctx";
     argv[n++] = a_ctx;
+    if (c->kv_cache_tokens) {
+        argv[n++] = "--kv-cache-tokens";
+        argv[n++] = a_kv;
+    }
     if (c->threads) {
         argv[n++] = "--threads";
         argv[n++] = a_thr;

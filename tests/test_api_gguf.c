@@ -81,11 +81,51 @@ static void test_api_gguf_tells_the_story_whole_and_streamed(void **state)
     json_decref(j);
 }
 
+/* One completion: its text and usage.prompt_tokens_details.cached_tokens. */
+static void complete(int port, const char *body, char *text, size_t cap, long long *cached)
+{
+    json_t *j;
+    assert_int_equal(front_call(port, "POST", "/v1/completions", body, &j, NULL), 200);
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    json_t *d = json_object_get(json_object_get(j, "usage"), "prompt_tokens_details");
+    assert_non_null(d);
+    snprintf(text, cap, "%s", json_string_value(json_object_get(c, "text")));
+    *cached = json_integer_value(json_object_get(d, "cached_tokens"));
+    json_decref(j);
+}
+
+/* A prompt sent again reuses its cached blocks (cached_tokens > 0) and answers the same,
+ * greedy and seeded; cache_prompt: false computes it whole, and answers the same again. */
+static void test_api_gguf_repeated_prompt_reuses_the_cache_and_answers_the_same(void **state)
+{
+    int port = kiln_port(*state);
+    static const char *const modes[] = {"\"temperature\":0", "\"temperature\":0.9,\"seed\":7"};
+    char body[1024], first[2048], again[2048], whole[2048];
+    long long cached;
+    for (int i = 0; i < 2; i++) {
+#define FMT "{\"prompt\":\"Once upon a time, there was a little girl named Lily. She loved " \
+            "to play outside in the park with her friends. One day, %s\",\"max_tokens\":24,%s%s}"
+        snprintf(body, sizeof(body), FMT, i ? "she saw" : "it rained", modes[i], "");
+        complete(port, body, first, sizeof(first), &cached);
+        complete(port, body, again, sizeof(again), &cached);
+        assert_true(cached >= 16);
+        assert_string_equal(first, again);
+        snprintf(body, sizeof(body), FMT, i ? "she saw" : "it rained", modes[i],
+                 ",\"cache_prompt\":false");
+        complete(port, body, whole, sizeof(whole), &cached);
+        assert_int_equal(cached, 0);
+        assert_string_equal(first, whole);
+#undef FMT
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_api_gguf_tells_the_story_whole_and_streamed, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(
+            test_api_gguf_repeated_prompt_reuses_the_cache_and_answers_the_same, setup, teardown),
     };
     return cmocka_run_group_tests_name("api_gguf", tests, NULL, NULL);
 }

@@ -116,6 +116,7 @@ static void make_job(struct fixture *f, uint32_t n_prompt)
     j->sampling.top_logprobs = WIRE_MAX_TOP_LOGPROBS;
     j->sampling.logprobs = true;
     j->sampling.ignore_eos = true;
+    j->sampling.no_cache = true;
     j->sampling.n_logit_bias = WIRE_MAX_LOGIT_BIAS;
     for (uint32_t i = 0; i < WIRE_MAX_LOGIT_BIAS; i++) {
         j->sampling.logit_bias[i].token = UINT32_MAX - i;
@@ -143,6 +144,7 @@ static void assert_sampling_equal(const struct proto_sampling *a, const struct p
     assert_int_equal(a->top_logprobs, b->top_logprobs);
     assert_int_equal(a->logprobs, b->logprobs);
     assert_int_equal(a->ignore_eos, b->ignore_eos);
+    assert_int_equal(a->no_cache, b->no_cache);
     assert_int_equal(a->n_logit_bias, b->n_logit_bias);
     for (uint32_t i = 0; i < a->n_logit_bias; i++) {
         assert_int_equal(a->logit_bias[i].token, b->logit_bias[i].token);
@@ -250,11 +252,18 @@ static void test_proto_cancel_and_started_round_trip(void **state)
     f->in.type = MSG_TYPE_STARTED;
     f->in.req_id = 0;
     f->in.u.prompt_tokens = UINT32_MAX;
+    f->in.cached_tokens = 4096;
     assert_true((len = encode(f)) > 0);
     assert_int_equal(decode(f, f->buf, (size_t)len), 0);
     assert_int_equal(f->out.type, MSG_TYPE_STARTED);
     assert_int_equal(f->out.req_id, 0);
     assert_int_equal(f->out.u.prompt_tokens, UINT32_MAX);
+    assert_int_equal(f->out.cached_tokens, 4096);
+    /* more reused than the prompt holds: refused */
+    f->in.u.prompt_tokens = 10;
+    f->in.cached_tokens = 11;
+    assert_true((len = encode(f)) > 0);
+    assert_int_equal(decode(f, f->buf, (size_t)len), -EPROTO);
 }
 
 static void test_proto_token_round_trips_with_and_without_top(void **state)
@@ -337,7 +346,7 @@ static void test_proto_failed_round_trips(void **state)
 /* The valid field count of each type, header included. */
 static uint32_t count_of(int type)
 {
-    static const uint32_t counts[] = {0, 7, 3, 4, 6, 5, 4};
+    static const uint32_t counts[] = {0, 7, 3, 5, 6, 5, 4};
     return counts[type];
 }
 
@@ -353,8 +362,8 @@ static void pack_wrong(msgpack_packer *pk, bool field_is_str)
 /* The sampling block: [0.7 as float64, float32, integer 0, ...]; field bad_s replaced. */
 static void pack_sampling(msgpack_packer *pk, int bad_s)
 {
-    msgpack_pack_array(pk, 12);
-    for (int i = 0; i < 12; i++) {
+    msgpack_pack_array(pk, 13);
+    for (int i = 0; i < 13; i++) {
         if (i == bad_s) {
             pack_wrong(pk, false);
             continue;
@@ -380,6 +389,7 @@ static void pack_sampling(msgpack_packer *pk, int bad_s)
             msgpack_pack_uint32(pk, 18);
             msgpack_pack_int(pk, 3);
             break;
+        case 12: msgpack_pack_true(pk); break;
         }
     }
 }
@@ -419,6 +429,7 @@ static void pack_record(struct fixture *f, int type, int count_delta, int bad, i
         case MSG_TYPE_JOB * 16 + 5: pack_sampling(pk, bad_s); break;
         case MSG_TYPE_JOB * 16 + 6: msgpack_pack_str_with_body(pk, "root ::= \"a\"", 12); break;
         case MSG_TYPE_STARTED * 16 + 3: msgpack_pack_uint32(pk, 3); break;
+        case MSG_TYPE_STARTED * 16 + 4: msgpack_pack_uint32(pk, 2); break;
         case MSG_TYPE_TOKEN * 16 + 3: msgpack_pack_uint32(pk, 65); break;
         case MSG_TYPE_TOKEN * 16 + 4: msgpack_pack_double(pk, -0.5); break;
         case MSG_TYPE_TOKEN * 16 + 5:
@@ -481,7 +492,7 @@ static void test_proto_wrong_field_types_rejected(void **state)
             assert_int_equal(decode(f, f->sb.data, f->sb.size), -EPROTO);
         }
     }
-    for (int bad_s = 0; bad_s < 12; bad_s++) {
+    for (int bad_s = 0; bad_s < 13; bad_s++) {
         pack_record(f, MSG_TYPE_JOB, 0, NO_FIELD, bad_s);
         assert_int_equal(decode(f, f->sb.data, f->sb.size), -EPROTO);
     }
@@ -491,11 +502,12 @@ static void test_proto_wrong_field_types_rejected(void **state)
 static void pack_started_with(struct fixture *f, void (*pack_value)(msgpack_packer *))
 {
     msgpack_sbuffer_clear(&f->sb);
-    msgpack_pack_array(&f->pk, 4);
+    msgpack_pack_array(&f->pk, 5);
     msgpack_pack_uint32(&f->pk, WIRE_VERSION);
     msgpack_pack_uint32(&f->pk, MSG_TYPE_STARTED);
     msgpack_pack_uint32(&f->pk, 42);
     pack_value(&f->pk);
+    msgpack_pack_uint32(&f->pk, 0);
 }
 
 static void pack_u32_max_plus_one(msgpack_packer *pk)
@@ -784,7 +796,7 @@ static void test_proto_limits_of_lists_rejected(void **state)
     msgpack_pack_uint32(&f->pk, 1);
     msgpack_pack_array(&f->pk, 0);
     msgpack_pack_uint32(&f->pk, 1);
-    msgpack_pack_array(&f->pk, 12);
+    msgpack_pack_array(&f->pk, 13);
     for (int i = 0; i < 6; i++)
         msgpack_pack_float(&f->pk, 1.0f);
     msgpack_pack_int(&f->pk, 0);
@@ -799,6 +811,7 @@ static void test_proto_limits_of_lists_rejected(void **state)
         msgpack_pack_uint32(&f->pk, i);
         msgpack_pack_float(&f->pk, 1.0f);
     }
+    msgpack_pack_false(&f->pk); /* no_cache */
     msgpack_pack_str(&f->pk, 0);
     assert_int_equal(decode(f, f->sb.data, f->sb.size), -EPROTO);
     /* The same with 300 (drop the last pair, fix the count) is fine. */
@@ -809,6 +822,7 @@ static void test_proto_limits_of_lists_rejected(void **state)
         msgpack_pack_uint32(&f->pk, i);
         msgpack_pack_float(&f->pk, 1.0f);
     }
+    msgpack_pack_false(&f->pk); /* no_cache */
     msgpack_pack_str(&f->pk, 0);
     assert_int_equal(decode(f, f->sb.data, f->sb.size), 0);
     assert_int_equal(f->out.u.job.sampling.n_logit_bias, WIRE_MAX_LOGIT_BIAS);

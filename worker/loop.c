@@ -165,11 +165,13 @@ static int send_msg(struct loop *l, const struct proto_msg *msg)
     return 0;
 }
 
-static void send_started(struct loop *l, uint64_t req_id, uint32_t prompt_tokens)
+static void send_started(struct loop *l, uint64_t req_id, uint32_t prompt_tokens,
+                         uint32_t cached_tokens)
 {
     l->out.type = MSG_TYPE_STARTED;
     l->out.req_id = req_id;
     l->out.u.prompt_tokens = prompt_tokens;
+    l->out.cached_tokens = cached_tokens;
     (void)send_msg(l, &l->out); /* failures are logged where they happen */
 }
 
@@ -534,8 +536,7 @@ static void start(struct loop *l, struct loop_job *job, int slot, uint32_t cache
     uint64_t t0;
     int rc;
 
-    (void)cached;
-    send_started(l, job->req_id, job->n_prompt);
+    send_started(l, job->req_id, job->n_prompt, cached);
     flush(l); /* the front learns of the start before a long prefill */
     sampler_reset(s->sampler, &job->sampling, job->prompt, job->n_prompt);
     t0 = hist_now_us();
@@ -605,7 +606,7 @@ static void admit(struct loop *l)
         slot = free_slot(l);
         /* room in the KV cache: linked prefix blocks and a reservation for its growth */
         rc = model_seq_begin(l->m, slot, job->prompt, job->n_prompt,
-                             job->n_prompt + job->max_new_tokens, 1);
+                             job->n_prompt + job->max_new_tokens, !job->sampling.no_cache);
         if (rc == -EAGAIN) {
             l->kv_wait = true; /* until a sequence ends */
             break;
