@@ -416,8 +416,11 @@ static void handle_health(struct front *f, struct evhttp_request *http)
 {
     /* the workers' part is the supervisor's; the model and the queue are the front's */
     int status = 500;
-    json_t *j = supervisor_health(f->workers, &status);
-    if (j) {
+    const char *authz =
+        evhttp_find_header(evhttp_request_get_input_headers(http), "Authorization");
+    bool details = auth_may_see_details(&f->auth, authz);
+    json_t *j = supervisor_health(f->workers, details, &status);
+    if (j && details) {
         json_object_set_new(j, "model", json_string(f->model.name));
         json_object_set_new(j, "waiting", json_integer(f->queue.n));
     }

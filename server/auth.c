@@ -274,3 +274,10 @@ int auth_check_request(const struct auth *a, const char *path, const char *autho
     explicit_bzero(tok, sizeof(tok));
     return eq ? AUTH_OPEN : -EACCES;
 }
+
+bool auth_may_see_details(const struct auth *a, const char *authorization)
+{
+    if (a->has_metrics_key)
+        return auth_check_request(a, "/metrics", authorization) >= 0;
+    return auth_check(a, authorization) >= 0; /* AUTH_OPEN without keys */
+}

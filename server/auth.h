@@ -71,4 +71,8 @@ bool auth_route_needs_key(const struct auth *a, const char *path);
  * metrics key), or -EACCES (answer 401 with "WWW-Authenticate: Bearer"). */
 int auth_check_request(const struct auth *a, const char *path, const char *authorization);
 
+/* Whether a caller may see /health's details (PIDs, exit causes, stderr lines): always
+ * without keys; with a metrics key, that key; with API keys only, any of them. */
+bool auth_may_see_details(const struct auth *a, const char *authorization);
+
 #endif

@@ -409,6 +409,21 @@ static void on_out_added(struct evbuffer *buf, const struct evbuffer_cb_info *in
         event_active(f->wev, EV_WRITE, 0);
 }
 
+/* While a stream is answered, evhttp reads the socket only to learn of a close, and takes
+ * an EOF for one; but a client may half-close (shut its sending side) and still read. So the
+ * socket is not read meanwhile: a client that closed entirely is found by the writes (a reset
+ * fails them), and its EOF is read once the answer is out. */
+void http_filter_hold_eof(struct bufferevent *bev, bool hold)
+{
+    struct bufferevent *under = bev ? bufferevent_get_underlying(bev) : NULL;
+    if (!under)
+        return; /* a plain connection (no filter) */
+    if (hold)
+        (void)bufferevent_disable(under, EV_READ);
+    else
+        (void)bufferevent_enable(under, EV_READ);
+}
+
 /* ---- the connection count and the listener ---- */
 
 static void listener_update(struct http_conns *c)

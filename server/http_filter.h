@@ -42,6 +42,12 @@ void http_filter_install(struct evhttp *http, struct http_conns *c);
 /* Set up c's timer (c->cfg, metrics, max are the caller's). Returns 0 or -ENOMEM. */
 int http_conns_init(struct http_conns *c, struct event_base *base);
 
+/* While hold is set on a connection's bufferevent (evhttp's), its socket is not read, so a
+ * client that half-closed (EOF) still gets the answer being streamed; one that closed
+ * entirely is found by the writes. For request.c around a streamed answer. */
+struct bufferevent;
+void http_filter_hold_eof(struct bufferevent *bev, bool hold);
+
 /* The listener's accept() failed (no fd, no memory): pause it for a moment rather than spin,
  * and say so at most once a second. For evconnlistener_set_error_cb (arg: the http_conns). */
 void http_filter_accept_error(struct evconnlistener *l, void *arg);

@@ -16,11 +16,13 @@
 #include <event2/event.h>
 #include <event2/bufferevent.h>
 #include <event2/http.h>
+#include <event2/http_struct.h>
 
 #include "api.h"
 #include "api_impl.h"
 #include "config.h"
 #include "hist.h"
+#include "http_filter.h"
 #include "log.h"
 #include "queue.h"
 #include "relay.h"
@@ -50,7 +52,9 @@ static evutil_socket_t client_fd(struct request *r)
     return bufferevent_getfd(bev);
 }
 
-/* 1: the client closed or reset its side; 0: it is there (or sent more bytes); -1: unknown. */
+/* 2: the client reset the connection (it is gone); 1: it closed its sending side (EOF: it
+ * may still read the answer, or have closed entirely); 0: it sent more bytes (a pipelined
+ * request); -1: nothing to tell yet. */
 static int peer_state(evutil_socket_t fd)
 {
     char c;
@@ -58,27 +62,75 @@ static int peer_state(evutil_socket_t fd)
     if (n == 0)
         return 1;
     if (n < 0)
-        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -1 : 1;
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -1 : 2;
     return 0;
 }
 
-/* libevent does not read a connection while its request is being answered, so a client that
- * leaves before any byte is written would go unnoticed: watch its socket ourselves. */
-static void on_peer(evutil_socket_t fd, short what, void *arg)
+/* How long after the probe (below) a reset must have come for the client to count as gone. */
+#define PEER_PROBE_MS 200
+
+static void drop_client(struct request *r)
+{
+    unwatch_peer(r);
+    if (r->http) /* frees the connection and its request; on_close runs first */
+        evhttp_connection_free(evhttp_request_get_connection(r->http));
+}
+
+/* The probe's answer: a reset means the client closed entirely; EOF alone means it only
+ * half-closed and waits for its answer. */
+static void on_peer_probe(evutil_socket_t fd, short what, void *arg)
 {
     struct request *r = arg;
+    evutil_socket_t cfd = client_fd(r);
+    (void)fd;
+    (void)what;
+    if (cfd >= 0 && peer_state(cfd) == 2)
+        return drop_client(r);
+    unwatch_peer(r);
+}
+
+/* libevent does not read a connection while its request is being answered, so a client that
+ * leaves before any byte is written would go unnoticed: watch its socket ourselves. At EOF
+ * the client either closed entirely or only shut its sending side (and waits for the
+ * answer, as HTTP allows): nothing was written yet, so an interim "100 Continue" (which every
+ * HTTP/1.1 client must accept) is sent; a client that closed entirely answers it with a
+ * reset, one that half-closed reads on. */
+static void on_peer(evutil_socket_t fd, short what, void *arg)
+{
+    static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    struct request *r = arg;
+    struct evhttp_connection *evcon;
+    struct bufferevent *bev;
+    char major, minor;
     (void)what;
     int st = peer_state(fd);
     if (st < 0) {
         event_add(r->ev_peer, NULL);
         return;
     }
-    unwatch_peer(r);
-    if (st == 1 && r->http) {
-        /* frees the connection and its request; on_close (its close callback) runs first */
-        evhttp_connection_free(evhttp_request_get_connection(r->http));
+    if (st == 0 || !r->http) { /* a pipelined request: the reply's writes will tell */
+        unwatch_peer(r);
+        return;
     }
-    /* st 0: a pipelined request; stop watching, the reply's writes will tell */
+    if (st == 2)
+        return drop_client(r);
+    major = r->http->major;
+    minor = r->http->minor;
+    evcon = evhttp_request_get_connection(r->http);
+    bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
+    if (r->reply_started || !bev || evbuffer_get_length(bufferevent_get_output(bev)) > 0 ||
+        major != 1 || minor < 1) {
+        /* bytes went (or are queued) already: the next write tells; HTTP/1.0 gets no 1xx */
+        unwatch_peer(r);
+        return;
+    }
+    if (send(fd, probe, sizeof(probe) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(probe) - 1)
+        return drop_client(r);
+    event_free(r->ev_peer);
+    r->ev_peer = evtimer_new(r->f->base, on_peer_probe, r);
+    struct timeval tv = {0, PEER_PROBE_MS * 1000};
+    if (!r->ev_peer || evtimer_add(r->ev_peer, &tv) < 0)
+        unwatch_peer(r);
 }
 
 static void watch_peer(struct request *r)
@@ -326,10 +378,19 @@ static void send_sse(struct request *lead, const char *json)
     evhttp_send_reply_chunk(lead->http, lead->text);
 }
 
+/* A streamed answer is under way (or over): see http_filter_hold_eof. */
+static void hold_eof(struct request *lead, bool hold)
+{
+    struct evhttp_connection *evcon = lead->http ? evhttp_request_get_connection(lead->http) : NULL;
+    if (evcon)
+        http_filter_hold_eof(evhttp_connection_get_bufferevent(evcon), hold);
+}
+
 static void stream_begin(struct request *lead)
 {
     if (lead->reply_started || !lead->http)
         return;
+    hold_eof(lead, true); /* a half-closed client still reads its stream */
     struct evkeyvalq *h = evhttp_request_get_output_headers(lead->http);
     evhttp_add_header(h, "Content-Type", "text/event-stream");
     evhttp_add_header(h, "Cache-Control", "no-cache");
@@ -498,6 +559,7 @@ static void answer(struct request *lead)
         }
         evbuffer_add(lead->text, "data: [DONE]\n\n", 14);
         evhttp_send_reply_chunk(lead->http, lead->text);
+        hold_eof(lead, false);
         evhttp_send_reply_end(lead->http);
     } else {
         char *j = api_json_reply(lead);
@@ -571,6 +633,7 @@ void request_fail(struct request *r, int status, const char *type, const char *m
             char *j = api_json_error(type, message, param, code);
             send_sse(lead, j);
             free(j);
+            hold_eof(lead, false);
             evhttp_send_reply_end(lead->http);
         } else {
             if (status == 503 && code && strcmp(code, "no_worker") == 0)
@@ -606,7 +669,7 @@ static void on_close(struct evhttp_connection *evcon, void *arg)
 bool request_client_alive(struct request *r)
 {
     evutil_socket_t fd = client_fd(r);
-    return fd >= 0 && peer_state(fd) != 1;
+    return fd >= 0 && peer_state(fd) != 2;
 }
 
 static void send_cancel(struct request *r)

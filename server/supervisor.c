@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -236,7 +237,7 @@ int supervisor_spawn(struct worker *w)
     struct workers *ws = w->ws;
     const struct kiln_config *c = ws->cfg;
     char a_id[16], a_ppid[24], a_shm[8], a_wake[8], a_note[8], a_seq[16], a_pre[16], a_ctx[16];
-    char a_thr[16], a_delay[16], a_load[16], a_kv[16];
+    char a_thr[16], a_delay[16], a_load[16], a_kv[16], a_hb[16];
     char *argv[40];
     int n = 0, err, pipefd[2] = {-1, -1};
     pid_t pid;
@@ -328,6 +329,12 @@ int supervisor_spawn(struct worker *w)
     }
     if (c->mock_faults)
         argv[n++] = "--mock-faults";
+    if (c->watchdog_ms) {
+        /* an idle worker beats this often, so the watchdog can tell a stopped one too */
+        snprintf(a_hb, sizeof(a_hb), "%u", supervisor_heartbeat_ms(c));
+        argv[n++] = "--heartbeat-ms";
+        argv[n++] = a_hb;
+    }
     argv[n] = NULL;
 
     pid = fork();
@@ -359,6 +366,7 @@ void supervisor_ready(struct worker *w)
 {
     w->start_failures = 0;
     w->ready_at_ms = mono_ms();
+    supervisor_work_began(w); /* the watchdog counts from READY, busy or not */
     log_info("worker %u (pid %ld) ready", w->id, (long)w->pid);
 }
 
@@ -471,9 +479,10 @@ int64_t supervisor_retry_after_ms(struct workers *ws)
 static void worker_died(struct worker *w, int status)
 {
     struct workers *ws = w->ws;
-    char cause[768], tail[512];
+    char cause[256], tail[512], what[128], eid[20];
     bool was_ready = worker_life_get(w) == WORKER_LIFE_READY;
     long pid = (long)w->pid;
+    uint32_t rnd;
 
     w->pid = 0; /* reaped: the number may be reused, never signal it again */
     if (w->err_fd >= 0)
@@ -492,12 +501,25 @@ static void worker_died(struct worker *w, int status)
     w->last_exit_at = wall_ms();
     tail_lines(w, 1, w->last_error, sizeof(w->last_error));
     tail_lines(w, CAUSE_LINES, tail, sizeof(tail));
-    snprintf(cause, sizeof(cause), "worker %u %s%s%s", w->id, w->last_exit,
-             tail[0] ? "; its last stderr lines: " : "", tail);
+    /* Clients get a short, stable cause and an error id; the id, PID and stderr tail go to
+     * the log (and /health's details, behind the key), where an operator matches them. */
+    if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != sizeof(rnd))
+        rnd = (uint32_t)wall_ms() ^ (uint32_t)pid;
+    snprintf(eid, sizeof(eid), "%08x", rnd);
+    if (WIFSIGNALED(status) && w->watchdog_killed)
+        snprintf(what, sizeof(what), "was stopped by the watchdog (no progress for %u ms)",
+                 ws->cfg->watchdog_ms);
+    else if (WIFSIGNALED(status))
+        snprintf(what, sizeof(what), "crashed (signal %d)", WTERMSIG(status));
+    else
+        snprintf(what, sizeof(what), "exited (status %d)", WEXITSTATUS(status));
+    snprintf(cause, sizeof(cause), "worker %u %s while running this request (error id %s)",
+             w->id, what, eid);
     if (ws->stopping)
         log_info("worker %u (pid %ld) %s", w->id, pid, w->last_exit);
     else
-        log_error("worker %u (pid %ld) %s", w->id, pid, w->last_exit);
+        log_error("worker %u (pid %ld) %s [error id %s]%s%s", w->id, pid, w->last_exit, eid,
+                  tail[0] ? "; its last stderr lines: " : "", tail);
 
     /* what it sent before it died counts (a DONE completes its job); then the rest is lost */
     worker_drain_dead(w);
@@ -524,6 +546,12 @@ static void on_sigchld(evutil_socket_t sig, short what, void *arg)
 
 /* ---- the watchdog ---- */
 
+uint32_t supervisor_heartbeat_ms(const struct kiln_config *c)
+{
+    uint32_t ms = c->watchdog_ms / 4;
+    return ms < 10 ? 10 : ms > 1000 ? 1000 : ms;
+}
+
 static void watchdog_arm(struct workers *ws)
 {
     uint32_t ms = ws->cfg->watchdog_ms / 4;
@@ -534,7 +562,9 @@ static void watchdog_arm(struct workers *ws)
     evtimer_add(ws->ev_watchdog, &tv);
 }
 
-/* Runs only while some worker has work, so an idle kiln wakes for nothing. */
+/* Runs while any worker process lives, busy or idle (an idle worker beats every
+ * supervisor_heartbeat_ms): a worker stopped or wedged while idle is killed and replaced
+ * before work is sent to it. */
 static void on_watchdog(evutil_socket_t fd, short what, void *arg)
 {
     struct workers *ws = arg;
@@ -544,7 +574,7 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
     (void)what;
     for (uint32_t i = 0; i < ws->n; i++) {
         struct worker *w = &ws->w[i];
-        if (w->pid <= 0 || !w->used || w->poisoned || w->watchdog_killed)
+        if (w->pid <= 0 || w->poisoned || w->watchdog_killed)
             continue;
         busy = true;
         if (worker_life_get(w) != WORKER_LIFE_READY || !w->reg.hdr) {
@@ -556,9 +586,10 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
             w->hb_last = hb;
             w->hb_at_ms = now;
         } else if (now - w->hb_at_ms >= (int64_t)ws->cfg->watchdog_ms) {
-            log_error("worker %u (pid %ld) made no progress for %lld ms with %u job(s); "
-                      "killing it",
-                      w->id, (long)w->pid, (long long)(now - w->hb_at_ms), w->used);
+            log_error("worker %u (pid %ld) made no progress for %lld ms with %u job(s) "
+                      "(busy or idle, it beats at least every %u ms); killing it",
+                      w->id, (long)w->pid, (long long)(now - w->hb_at_ms), w->used,
+                      supervisor_heartbeat_ms(ws->cfg));
             w->watchdog_killed = true;
             (void)kill(w->pid, SIGKILL);
         }
@@ -646,10 +677,10 @@ static json_t *str_or_null(const char *s)
     return s[0] ? json_string(s) : json_null();
 }
 
-json_t *supervisor_health(struct workers *ws, int *http_status)
+json_t *supervisor_health(struct workers *ws, bool details, int *http_status)
 {
     json_t *j = json_object(), *arr = json_array();
-    uint32_t running = 0, ready = 0;
+    uint32_t running = 0, ready = 0, starting = 0;
     int64_t now = mono_ms();
 
     if (!j || !arr)
@@ -667,6 +698,7 @@ json_t *supervisor_health(struct workers *ws, int *http_status)
         }
         running += w->used;
         ready += l == WORKER_LIFE_READY && !w->poisoned;
+        starting += l == WORKER_LIFE_STARTING;
         json_object_set_new(o, "id", json_integer(w->id));
         json_object_set_new(o, "state", json_string(supervisor_state_name(w)));
         json_object_set_new(o, "pid", w->pid > 0 ? json_integer(w->pid) : json_null());
@@ -688,6 +720,12 @@ json_t *supervisor_health(struct workers *ws, int *http_status)
                          : ready         ? "degraded"
                                          : "unavailable";
     *http_status = !ws->draining && ready ? 200 : 503;
+    if (!details) {
+        json_decref(arr);
+        status = ws->draining ? "draining" : ready ? "ok" : starting ? "loading" : "failed";
+        json_object_set_new(j, "status", json_string(status));
+        return j;
+    }
     json_object_set_new(j, "status", json_string(status));
     json_object_set_new(j, "running", json_integer(running));
     json_object_set_new(j, "workers", arr);

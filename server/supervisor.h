@@ -87,9 +87,15 @@ void supervisor_kill_all(struct workers *ws);
  * not admitted), "active" (sequences generating), "restarts",
  * "restart_in_ms" (in backoff), "last_exit", "last_exit_at" (ISO 8601 UTC), "last_error"}]}.
  * status: "draining" while shutting down, "ok" when every worker is ready, "degraded" when
- * some are, else "unavailable"; *http_status is 200 for ok/degraded, else 503. Returns NULL
- * when out of memory. */
-json_t *supervisor_health(struct workers *ws, int *http_status);
+ * some are, else "unavailable"; *http_status is 200 for ok/degraded, else 503. Without
+ * details (a caller without the key, when keys are set) only {"status"}: "ok" when a worker
+ * can serve, "loading" while one starts and none can, "draining", else "failed". Returns
+ * NULL when out of memory. */
+/* How often an idle worker beats (--heartbeat-ms): a quarter of --watchdog-ms, in
+ * [10, 1000] ms. */
+uint32_t supervisor_heartbeat_ms(const struct kiln_config *c);
+
+json_t *supervisor_health(struct workers *ws, bool details, int *http_status);
 
 /* The state /health and the metrics show for w: its life's name, except that a failed
  * worker's new attempt reads "failed" until it is ready. */

@@ -377,6 +377,118 @@ static void test_abuse_fd_limit_pauses_the_listener(void **state)
             close(fds[i]);
 }
 
+/* Finding 5: a worker crash tells the client a short, stable cause with an error id (no
+ * stderr lines, no PID, no timestamps); the log has the id with the details. /health without
+ * the key says only its status; with the metrics key it has the details. */
+static void test_abuse_errors_are_short_and_health_needs_the_key(void **state)
+{
+    const char *args[] = {"--model", "mock", "--mock-faults", "--api-key", "k",
+                          "--metrics-key", "mk", NULL};
+    struct kiln_proc *p = start(state, args);
+    int port = kiln_port(p);
+    const char *auth[] = {"Authorization: Bearer k", NULL};
+    const char *mauth[] = {"Authorization: Bearer mk", NULL};
+    struct http_response r;
+
+    assert_int_equal(http_request(port, "POST", "/v1/completions", auth,
+                                  "{\"prompt\":\"[[kiln:segv]] hi\",\"max_tokens\":4}", &r),
+                     500);
+    json_t *j = json_loads(r.body, 0, NULL);
+    const char *msg =
+        json_string_value(json_object_get(json_object_get(j, "error"), "message"));
+    assert_non_null(msg);
+    fprintf(stderr, "client sees: %s\n", msg);
+    assert_non_null(strstr(msg, "worker 0 crashed (signal 11) while running this request"));
+    const char *id = strstr(msg, "(error id ");
+    assert_non_null(id);
+    char eid[9];
+    memcpy(eid, id + 10, 8);
+    eid[8] = '\0';
+    assert_null(strstr(msg, "stderr"));
+    assert_null(strstr(msg, "pid"));
+    assert_null(strstr(msg, "kiln["));
+    assert_true(strlen(msg) < 120);
+    json_decref(j);
+    http_response_free(&r);
+    assert_true(kiln_output_contains(p, eid)); /* the log has the id */
+
+    /* without the key: the status alone */
+    assert_true(wait_until(health_ok_cond, &port, 5000));
+    assert_int_equal(http_request(port, "GET", "/health", NULL, NULL, &r), 200);
+    j = json_loads(r.body, 0, NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "ok");
+    assert_int_equal(json_object_size(j), 1);
+    json_decref(j);
+    http_response_free(&r);
+    /* an API key is not the metrics key */
+    assert_int_equal(http_request(port, "GET", "/health", auth, NULL, &r), 200);
+    j = json_loads(r.body, 0, NULL);
+    assert_int_equal(json_object_size(j), 1);
+    json_decref(j);
+    http_response_free(&r);
+    assert_int_equal(http_request(port, "GET", "/health", mauth, NULL, &r), 200);
+    j = json_loads(r.body, 0, NULL);
+    json_t *w0 = json_array_get(json_object_get(j, "workers"), 0);
+    assert_non_null(w0);
+    assert_true(json_is_integer(json_object_get(w0, "pid")));
+    assert_non_null(strstr(json_string_value(json_object_get(w0, "last_exit")), "signal 11"));
+    json_decref(j);
+    http_response_free(&r);
+}
+
+/* Finding 6: a worker stopped (SIGSTOP) while idle is found by the watchdog within
+ * --watchdog-ms (idle workers beat too) and replaced before work is sent to it. */
+static void test_abuse_stopped_idle_worker_is_replaced(void **state)
+{
+    const char *args[] = {"--model", "mock", "--watchdog-ms", "1000", NULL};
+    struct kiln_proc *p = start(state, args);
+    int port = kiln_port(p);
+    json_t *h = front_health(port);
+    long long pid0 =
+        json_integer_value(json_object_get(json_array_get(json_object_get(h, "workers"), 0), "pid"));
+    json_decref(h);
+    assert_true(pid0 > 0);
+    assert_int_equal(kill((pid_t)pid0, SIGSTOP), 0);
+    struct worker_replaced wr = {port, pid0};
+    bool replaced = wait_until(worker_replaced_cond, &wr, 5000);
+    (void)kill((pid_t)pid0, SIGCONT); /* harmless if it is gone */
+    assert_true(replaced);
+    struct http_response r;
+    assert_int_equal(http_request_ex(port, "POST", "/v1/completions", NULL,
+                                     "{\"prompt\":\"hi\",\"max_tokens\":4}", 30, 5000, &r),
+                     200);
+    http_response_free(&r);
+}
+
+/* Finding 6: a client that half-closes (shuts its sending side) after its request still gets
+ * its answer, whole or streamed. */
+static void test_abuse_half_closed_client_gets_its_answer(void **state)
+{
+    const char *args[] = {"--model", "mock", "--mock-delay-ms", "10", NULL};
+    struct kiln_proc *p = start(state, args);
+    int port = kiln_port(p);
+    const char *bodies[] = {"{\"prompt\":\"hi\",\"max_tokens\":5}",
+                            "{\"prompt\":\"hi\",\"max_tokens\":5,\"stream\":true}"};
+    for (int i = 0; i < 2; i++) {
+        char req[512];
+        int fd = http_raw_connect(port);
+        assert_true(fd >= 0);
+        int n = snprintf(req, sizeof(req),
+                         "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                         "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                         strlen(bodies[i]), bodies[i]);
+        assert_int_equal(http_raw_send(fd, req, (size_t)n), 0);
+        assert_int_equal(shutdown(fd, SHUT_WR), 0);
+        char *all = NULL;
+        size_t len = 0;
+        assert_int_equal(http_raw_read_all(fd, &all, &len, 10000), 0);
+        assert_non_null(strstr(all, "HTTP/1.1 200 OK"));
+        assert_non_null(strstr(all, i ? "data: [DONE]" : "\"finish_reason\""));
+        free(all);
+        close(fd);
+    }
+}
+
 /* Run kiln with args (a shell fragment) to its exit; its output in out. Returns its status. */
 static int run_kiln(const char *args, char *out, size_t cap)
 {
@@ -419,6 +531,10 @@ int main(void)
         cmocka_unit_test_teardown(test_abuse_fd_limit_pauses_the_listener, teardown),
         cmocka_unit_test_teardown(test_abuse_open_host_warns_and_too_many_workers_refused,
                                   NULL),
+        cmocka_unit_test_teardown(test_abuse_errors_are_short_and_health_needs_the_key,
+                                  teardown),
+        cmocka_unit_test_teardown(test_abuse_stopped_idle_worker_is_replaced, teardown),
+        cmocka_unit_test_teardown(test_abuse_half_closed_client_gets_its_answer, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

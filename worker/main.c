@@ -43,6 +43,7 @@ struct worker_args {
     long id, shm_fd, wake_fd, notify_fd, parent_pid;
     const char *model;
     long max_sequences, max_prefill_tokens, ctx, kv_cache_tokens, threads, mock_delay_ms, mock_load_ms;
+    long heartbeat_ms; /* the longest idle sleep between heartbeats; 0: the loop's default */
     const char *mock_reply, *mock_tool_reply;
     int mock_faults;
 };
@@ -57,7 +58,7 @@ static void usage(FILE *out)
             "                   [--threads N (default: every core)] [--mock-reply TEXT]\n"
             "                   [--mock-tool-reply TEXT]\n"
             "                   [--mock-delay-ms N] [--mock-load-ms N]\n"
-            "                   [--mock-faults]\n");
+            "                   [--mock-faults] [--heartbeat-ms N]\n");
 }
 
 /* A whole non-negative number within [min, max], or -1 */
@@ -92,6 +93,7 @@ static int parse_args(int argc, char **argv, struct worker_args *a)
         {"mock-delay-ms", required_argument, NULL, 'd'},
         {"mock-load-ms", required_argument, NULL, 'L'},
         {"mock-faults", no_argument, NULL, 'f'},
+        {"heartbeat-ms", required_argument, NULL, 'H'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -116,6 +118,7 @@ static int parse_args(int argc, char **argv, struct worker_args *a)
         case 't': num = &a->threads; max = 1024; break;
         case 'd': num = &a->mock_delay_ms; max = 3600000; break;
         case 'L': num = &a->mock_load_ms; max = 3600000; break;
+        case 'H': num = &a->heartbeat_ms; min = 1; max = 60000; break;
         case 'm': a->model = optarg; break;
         case 'r': a->mock_reply = optarg; break;
         case 'T': a->mock_tool_reply = optarg; break;
@@ -251,7 +254,8 @@ int main(int argc, char **argv)
         return 2;
     }
     tok = load_vocab(&a, &g);
-    lo = (struct loop_opts){.max_prefill_tokens = (uint32_t)a.max_prefill_tokens, .tok = tok};
+    lo = (struct loop_opts){.idle_timeout_ms = (int)a.heartbeat_ms,
+                            .max_prefill_tokens = (uint32_t)a.max_prefill_tokens, .tok = tok};
     l = loop_create(m, &reg, (int)a.wake_fd, (int)a.notify_fd, &lo, &rc);
     tokenizer_destroy(tok); /* the loop copied what it needs */
     gguf_close(g);

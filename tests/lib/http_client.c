@@ -210,6 +210,7 @@ static int read_head(struct http_stream *s, const char *method, long long deadli
     char *line;
     size_t n;
     int err, major, minor, status;
+again:
     if ((err = raw_line(s, deadline, &line, &n)) < 0)
         return err;
     if (sscanf(line, "HTTP/%d.%d %d", &major, &minor, &status) != 3 || status < 100 ||
@@ -221,9 +222,11 @@ static int read_head(struct http_stream *s, const char *method, long long deadli
             return err;
         if (n == 0)
             break;
-        if ((err = add_header(&s->resp, line)) < 0)
+        if (status >= 200 && (err = add_header(&s->resp, line)) < 0)
             return err;
     }
+    if (status >= 100 && status < 200 && status != 101)
+        goto again; /* an interim answer (100 Continue): the final one follows */
     const char *te = http_header_get(&s->resp, "Transfer-Encoding");
     const char *cl = http_header_get(&s->resp, "Content-Length");
     if ((method && strcasecmp(method, "HEAD") == 0) || status == 204 || status == 304 ||
