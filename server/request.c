@@ -669,7 +669,9 @@ static void on_close(struct evhttp_connection *evcon, void *arg)
 bool request_client_alive(struct request *r)
 {
     evutil_socket_t fd = client_fd(r);
-    return fd >= 0 && peer_state(fd) != 2;
+    /* under a full queue an EOF counts as gone: a client that only half-closed and waits
+     * may lose its place there (one that runs, or waits in a queue with room, does not) */
+    return fd >= 0 && peer_state(fd) < 1;
 }
 
 static void send_cancel(struct request *r)

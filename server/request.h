@@ -128,7 +128,8 @@ void request_on_record(struct request *r, const struct proto_msg *m);
 void request_on_job_lost(struct request *r, const char *cause);
 
 /* Whether the client's connection is still open (a queued request whose client left can be
- * dropped). Peeks at the socket without reading. */
+ * dropped when the queue is full; an EOF counts as gone here, though it may be a
+ * half-close). Peeks at the socket without reading. */
 bool request_client_alive(struct request *r);
 
 /* End r at shutdown: answer 503 if nothing was sent, close the stream otherwise; free it. */
