@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <sys/time.h>
@@ -82,9 +84,16 @@ static void on_peer_probe(evutil_socket_t fd, short what, void *arg)
 {
     struct request *r = arg;
     evutil_socket_t cfd = client_fd(r);
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    int err = 0;
+    socklen_t elen = sizeof(err);
     (void)fd;
     (void)what;
-    if (cfd >= 0 && peer_state(cfd) == 2)
+    /* after the FIN, recv() keeps saying EOF even once a reset came: ask the socket */
+    if (cfd >= 0 &&
+        ((getsockopt(cfd, SOL_SOCKET, SO_ERROR, &err, &elen) == 0 && err != 0) ||
+         (getsockopt(cfd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_state == TCP_CLOSE)))
         return drop_client(r);
     unwatch_peer(r);
 }
