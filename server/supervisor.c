@@ -25,9 +25,11 @@
 #include "shm_region.h"
 
 /* Ring sizes: the worker-bound ring holds a few maximal JOBs (WIRE_MAX_MSG each); the
- * front-bound one holds thousands of TOKEN records, and the front drains it every turn. */
+ * front-bound one about 4,600 TOKEN records, which the front drains every turn. It is kept
+ * small because it is what a worker may have sent for a stream before the front's PAUSE
+ * reaches it: each record becomes an SSE frame of ~170 bytes in the client's buffer. */
 #define TO_WORKER_RING (UINT64_C(4) << 20)
-#define TO_FRONT_RING  (UINT64_C(1) << 20)
+#define TO_FRONT_RING  (UINT64_C(64) << 10)
 
 /* The fds a worker finds its region and eventfds at; its stderr is the pipe. */
 #define CHILD_SHM_FD    3
