@@ -9,6 +9,9 @@ const $ = (id) => document.getElementById(id);
 const HEALTH_EVERY_MS = 5000;
 const BUSY_RETRIES = 5;
 
+// the answers whose reasoning the reader unfolded (this page view only)
+const openReasoning = new WeakSet();
+
 const state = {
   settings: store.loadSettings(),
   conversations: store.loadConversations(),
@@ -240,6 +243,11 @@ function messageElement(m, index, conv) {
   who.textContent = m.role === 'user' ? 'You' : (state.model ? state.model.id : 'Assistant');
   const reasoning = document.createElement('details');
   reasoning.className = 'reasoning';
+  reasoning.open = openReasoning.has(m); // stays as the reader left it across redraws
+  reasoning.addEventListener('toggle', () => {
+    if (reasoning.open) openReasoning.add(m);
+    else openReasoning.delete(m);
+  });
   const sum = document.createElement('summary');
   const rtext = document.createElement('div');
   rtext.className = 'reasoning-text';

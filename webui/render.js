@@ -88,7 +88,9 @@ export function renderMarkdown(el, text, final = true) {
       'iframe', 'frame', 'object', 'embed', 'link', 'meta', 'base', 'svg', 'math'],
     FORBID_ATTR: ['style', 'id', 'name', 'srcset', 'formaction'],
     ALLOW_DATA_ATTR: false,
-    ALLOWED_URI_REGEXP: /^(?:https?:|mailto:|#|data:image\/(?:png|gif|jpeg|webp);)/i,
+    // links: http(s), mailto and scheme-less values (DOMPurify's default, fewer schemes;
+    // it also tests plain attribute values such as align="right" against this)
+    ALLOWED_URI_REGEXP: /^(?:(?:https?|mailto):|[^a-z]|[a-z+.-]+(?:[^a-z+.\-:]|$))/i,
   });
   el.querySelectorAll('pre > code').forEach((code) => {
     const pre = code.parentElement;

@@ -13,7 +13,7 @@ const REPLY = [
   'Some **bold** text, `inline code` and a [safe link](https://example.com/docs).',
   '',
   '| item | qty |',
-  '|------|-----|',
+  '|------|----:|',
   '| eggs | 12 |',
   '| milk | 2 |',
   '',
@@ -95,6 +95,8 @@ describe('on the mock (markdown reply, 8 ms per token, faults on)', () => {
     assert.equal(await a.locator('.content h1').textContent(), 'Shopping list');
     assert.equal(await a.locator('.content strong').textContent(), 'bold');
     assert.equal(await a.locator('.content table td').nth(1).textContent(), '12');
+    assert.equal(await a.locator('.content table td').nth(1).evaluate((td) => getComputedStyle(td).textAlign),
+      '-webkit-right', 'a ---: column is right-aligned (the align attribute survives)');
     assert.ok(await a.locator('.content pre code.hljs').count() === 1, 'the code block is highlighted');
     assert.ok(await a.locator('.content pre code .hljs-keyword, .content pre code .hljs-type').count() > 0);
     assert.equal(await a.locator('.code-bar span').textContent(), 'c');
@@ -468,6 +470,8 @@ describe('reasoning and tool calls', () => {
     await details.locator('summary').click();
     assert.equal(await a.locator('.reasoning-text').textContent(),
       'The user wants the weather; the tool knows it.');
+    await page.locator('#conversations li.current .conv-title').click(); // redraws the messages
+    assert.equal(await assistant(page).locator('.reasoning-text').isVisible(), true, 'stays unfolded');
     assert.equal(await a.locator('.tool-call .tool-head').textContent(), 'Tool call: get_weather');
     assert.deepEqual(JSON.parse(await a.locator('.tool-call pre').textContent()), { city: 'Paris' });
     assert.equal((await a.locator('.content').textContent()).trim(), 'Let me look that up.');
