@@ -15,6 +15,7 @@
  *   FAILED   [v, 6, id, "error"]
  *   PAUSE    [v, 7, id]
  *   RESUME   [v, 8, id]
+ *   CACHE    [v, 9, 0, reset, [event...]]  (event: a block key indexed, or the key - 1 evicted)
  * Floats go out as float32 and come in as float32, float64 or integers. */
 #include "proto.h"
 
@@ -45,6 +46,8 @@ static uint32_t proto_count(enum msg_type type)
         return 5;
     case MSG_TYPE_FAILED:
         return 4;
+    case MSG_TYPE_CACHE:
+        return 5;
     }
     return 0;
 }
@@ -163,6 +166,12 @@ static int proto_pack_body(msgpack_packer *pk, const struct proto_msg *msg)
         ret |= msgpack_pack_str_body(pk, msg->u.error, n);
         break;
     }
+    case MSG_TYPE_CACHE:
+        ret |= msg->u.cache.reset ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
+        ret |= msgpack_pack_array(pk, msg->u.cache.n);
+        for (uint32_t i = 0; i < msg->u.cache.n && ret == 0; i++)
+            ret |= msgpack_pack_uint64(pk, msg->u.cache.ev[i]);
+        break;
     }
     return ret;
 }
@@ -199,6 +208,8 @@ static bool proto_encode_valid(const struct proto_msg *msg)
                msg->u.done.reason == FINISH_REASON_CANCELLED;
     case MSG_TYPE_FAILED:
         return memchr(msg->u.error, '\0', WIRE_MAX_ERROR + 1) != NULL;
+    case MSG_TYPE_CACHE:
+        return msg->u.cache.n <= WIRE_MAX_CACHE_EVENTS;
     }
     return false;
 }
@@ -437,6 +448,16 @@ static bool proto_get_msg(const msgpack_object *root, struct proto_msg *out, uin
     }
     case MSG_TYPE_FAILED:
         return proto_get_error(&f[0], out->u.error);
+    case MSG_TYPE_CACHE:
+        if (out->req_id != 0 || !proto_get_bool(&f[0], &out->u.cache.reset) ||
+            f[1].type != MSGPACK_OBJECT_ARRAY || f[1].via.array.size > WIRE_MAX_CACHE_EVENTS)
+            return false;
+        out->u.cache.n = f[1].via.array.size;
+        for (uint32_t i = 0; i < out->u.cache.n; i++)
+            if (!proto_get_u64(&f[1].via.array.ptr[i], &out->u.cache.ev[i]) ||
+                out->u.cache.ev[i] == 0)
+                return false;
+        return true;
     }
     return false;
 }

@@ -74,6 +74,12 @@ struct proto_msg {
             uint32_t completion_tokens;
         } done;
         char error[WIRE_MAX_ERROR + 1]; /* MSG_TYPE_FAILED, NUL-terminated */
+        struct {                        /* MSG_TYPE_CACHE */
+            bool reset; /* events were lost: forget every key first */
+            uint32_t n; /* <= WIRE_MAX_CACHE_EVENTS */
+            /* block keys (kv_hash.h, odd) in order: k itself indexed, k - 1 evicted */
+            uint64_t ev[WIRE_MAX_CACHE_EVENTS];
+        } cache;
         /* MSG_TYPE_CANCEL has no fields */
     } u;
     uint32_t cached_tokens; /* MSG_TYPE_STARTED: of prompt_tokens, reused from the KV cache */

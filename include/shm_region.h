@@ -23,7 +23,7 @@
 #include "shm_ring.h"
 
 #define SHM_REGION_MAGIC   0x6b6c6e72u /* "klnr" */
-#define SHM_REGION_VERSION 1u
+#define SHM_REGION_VERSION 2u
 
 enum worker_state {
     WORKER_STATE_STARTING = 0, /* loading the model */
@@ -48,6 +48,11 @@ struct shm_region_hdr {
     _Atomic uint64_t n_prefills, n_prefill_tokens, n_decode_steps, n_decoded_tokens;
     struct hist prefill;     /* one prompt's prefill */
     struct hist decode_step; /* one decode_batch call */
+    /* The KV cache (worker/kv_cache.h; all 0 for a model without one): blocks in the pool,
+     * held by running sequences, held by none but kept for reuse; prompt tokens linked
+     * instead of computed; cached blocks reused for other tokens. */
+    _Atomic uint32_t kv_blocks, kv_used, kv_cached;
+    _Atomic uint64_t n_prompt_reused, n_kv_evictions;
 };
 
 /* A region mapped in this process. The rings are this process's views (shm_ring.h): their

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 /* Bumped whenever a record's layout changes; a record of another version is rejected. */
-#define WIRE_VERSION 2
+#define WIRE_VERSION 3
 
 /* The largest encoded record either side sends or accepts. */
 #define WIRE_MAX_MSG (1u << 20)
@@ -20,6 +20,8 @@
 #define WIRE_MAX_GRAMMAR (128u * 1024u)
 /* Alternatives reported with each token when logprobs are asked for. */
 #define WIRE_MAX_TOP_LOGPROBS 20u
+/* KV-cache block events in one CACHE record. */
+#define WIRE_MAX_CACHE_EVENTS 512u
 
 /* front -> worker: JOB, CANCEL, PAUSE, RESUME.  worker -> front: STARTED, TOKEN, DONE, FAILED.
  * PAUSE keeps a running sequence in its slot without decoding it (its client reads slower
@@ -33,8 +35,9 @@ enum msg_type {
     MSG_TYPE_FAILED = 6,
     MSG_TYPE_PAUSE = 7,
     MSG_TYPE_RESUME = 8,
+    MSG_TYPE_CACHE = 9, /* worker -> front, req_id 0: blocks its KV cache indexed or evicted */
 };
-#define MSG_TYPE_LAST MSG_TYPE_RESUME
+#define MSG_TYPE_LAST MSG_TYPE_CACHE
 
 /* Why a sequence ended without an error (DONE). */
 enum finish_reason {

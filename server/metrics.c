@@ -304,6 +304,14 @@ static void render_front(struct buf *b, const struct metrics *m)
         buf_printf(b, "kiln_requests_rejected_total{reason=\"%s\"} %" PRIu64 "\n",
                    reject_names[i], m->rejected[i]);
 
+    buf_family(b, "kiln_route_decisions_total", "counter",
+               "Jobs sent to a worker, by the rule that chose it: prefix (it held the longest "
+               "cached prefix), least_loaded (none held one), busy (the one that did was much "
+               "busier).");
+    for (int i = 0; i < PREFIX_ROUTE_COUNT; i++)
+        buf_printf(b, "kiln_route_decisions_total{reason=\"%s\"} %" PRIu64 "\n",
+                   prefix_route_name((enum prefix_route_reason)i), m->routed[i]);
+
     buf_family(b, "kiln_requests_running", "gauge", "Requests running on a worker.");
     buf_printf(b, "kiln_requests_running %" PRIu64 "\n", m->running);
     buf_family(b, "kiln_requests_waiting", "gauge", "Requests waiting in the front's queue.");
@@ -341,6 +349,43 @@ static void render_workers(struct buf *b, const struct metrics_worker_view *w, s
         snprintf(labels, sizeof(labels), "worker=\"%" PRIu32 "\"", w[i].id);
         buf_hist(b, "kiln_worker_decode_step_seconds", labels, &w[i].hdr->decode_step);
     }
+
+    buf_family(b, "kiln_worker_prompt_tokens_total", "counter",
+               "Prompt tokens by how they were had: computed by a prefill, or reused from the "
+               "KV cache (current process).");
+    for (size_t i = 0; i < n; i++) {
+        uint64_t all, reused;
+        if (!w[i].hdr)
+            continue;
+        all = atomic_load_explicit(&w[i].hdr->n_prefill_tokens, memory_order_relaxed);
+        reused = atomic_load_explicit(&w[i].hdr->n_prompt_reused, memory_order_relaxed);
+        buf_printf(b, "kiln_worker_prompt_tokens_total{worker=\"%" PRIu32 "\",kind=\"computed\"} %" PRIu64 "\n",
+                   w[i].id, all > reused ? all - reused : 0);
+        buf_printf(b, "kiln_worker_prompt_tokens_total{worker=\"%" PRIu32 "\",kind=\"reused\"} %" PRIu64 "\n",
+                   w[i].id, reused);
+    }
+    buf_family(b, "kiln_worker_kv_blocks", "gauge",
+               "KV cache blocks: used by running sequences, cached (kept for reuse), free.");
+    for (size_t i = 0; i < n; i++) {
+        uint32_t all, used, cached;
+        if (!w[i].hdr)
+            continue;
+        all = atomic_load_explicit(&w[i].hdr->kv_blocks, memory_order_relaxed);
+        used = atomic_load_explicit(&w[i].hdr->kv_used, memory_order_relaxed);
+        cached = atomic_load_explicit(&w[i].hdr->kv_cached, memory_order_relaxed);
+        buf_printf(b, "kiln_worker_kv_blocks{worker=\"%" PRIu32 "\",state=\"used\"} %" PRIu32 "\n",
+                   w[i].id, used);
+        buf_printf(b, "kiln_worker_kv_blocks{worker=\"%" PRIu32 "\",state=\"cached\"} %" PRIu32 "\n",
+                   w[i].id, cached);
+        buf_printf(b, "kiln_worker_kv_blocks{worker=\"%" PRIu32 "\",state=\"free\"} %" PRIu32 "\n",
+                   w[i].id, all >= used + cached ? all - used - cached : 0);
+    }
+    buf_family(b, "kiln_worker_kv_evictions_total", "counter",
+               "Cached KV blocks reused for other tokens (current process).");
+    for (size_t i = 0; i < n; i++)
+        if (w[i].hdr)
+            buf_printf(b, "kiln_worker_kv_evictions_total{worker=\"%" PRIu32 "\"} %" PRIu64 "\n",
+                       w[i].id, atomic_load_explicit(&w[i].hdr->n_kv_evictions, memory_order_relaxed));
 
     buf_family(b, "kiln_worker_restarts_total", "counter",
                "Worker processes spawned after the first.");

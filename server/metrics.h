@@ -5,6 +5,7 @@
 #ifndef METRICS_H
 #define METRICS_H
 
+#include "prefix_index.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -50,6 +51,7 @@ struct metrics {
     uint64_t prompt_tokens, generation_tokens;
     uint64_t finished[METRICS_FINISH_COUNT];
     uint64_t rejected[METRICS_REJECT_COUNT];
+    uint64_t routed[PREFIX_ROUTE_COUNT]; /* jobs sent to a worker, by the rule that chose it */
     uint64_t running, waiting; /* gauges: set by metrics_set_requests() */
     uint64_t dropped[METRICS_DROP_COUNT];
     uint64_t streams_paused;   /* times a stream paused for a slow reader */

@@ -130,7 +130,10 @@ void queue_dispatch(struct queue *q)
     struct worker *w;
     uint64_t skip = 0; /* workers whose ring turned a job away in this pass (bit = id) */
 
-    while ((r = TAILQ_FIRST(&q->waiting)) && (w = workers_pick_skip(q->f->workers, skip))) {
+    enum prefix_route_reason why = PREFIX_ROUTE_LEAST_LOADED;
+
+    while ((r = TAILQ_FIRST(&q->waiting)) &&
+           (w = workers_pick_for(q->f->workers, skip, r->prompt, r->n_prompt, &why))) {
         memset(&m, 0, sizeof(m));
         m.type = MSG_TYPE_JOB;
         m.req_id = r->req_id;
@@ -159,6 +162,7 @@ void queue_dispatch(struct queue *q)
         }
         r->worker = w;
         r->started = false;
+        q->f->metrics.routed[why]++;
     }
     if (q->n > 0 && !workers_any_hope(q->f->workers))
         queue_fail_all(q, "no worker is available (see /health)");

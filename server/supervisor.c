@@ -690,13 +690,16 @@ json_t *supervisor_health(struct workers *ws, bool details, int *http_status)
     for (uint32_t i = 0; i < ws->n; i++) {
         struct worker *w = &ws->w[i];
         enum worker_life l = worker_life_get(w);
-        uint32_t waiting = 0, active = 0;
+        uint32_t waiting = 0, active = 0, kv_blocks = 0, kv_used = 0, kv_cached = 0;
         json_t *o = json_object();
         if (!o)
             goto fail;
         if (w->reg.hdr) {
             waiting = atomic_load_explicit(&w->reg.hdr->waiting, memory_order_relaxed);
             active = atomic_load_explicit(&w->reg.hdr->running, memory_order_relaxed);
+            kv_blocks = atomic_load_explicit(&w->reg.hdr->kv_blocks, memory_order_relaxed);
+            kv_used = atomic_load_explicit(&w->reg.hdr->kv_used, memory_order_relaxed);
+            kv_cached = atomic_load_explicit(&w->reg.hdr->kv_cached, memory_order_relaxed);
         }
         running += w->used;
         ready += l == WORKER_LIFE_READY && !w->poisoned;
@@ -708,6 +711,14 @@ json_t *supervisor_health(struct workers *ws, bool details, int *http_status)
         json_object_set_new(o, "waiting", json_integer(waiting));
         json_object_set_new(o, "active", json_integer(active));
         json_object_set_new(o, "restarts", json_integer(w->n_spawns ? w->n_spawns - 1 : 0));
+        /* the KV cache: blocks held by running sequences and kept for reuse, of all */
+        json_object_set_new(o, "cache", json_pack("{s:I, s:I, s:I, s:f}", "blocks",
+                                                  (json_int_t)kv_blocks, "used",
+                                                  (json_int_t)kv_used, "cached",
+                                                  (json_int_t)kv_cached, "fill",
+                                                  kv_blocks ? (double)(kv_used + kv_cached) /
+                                                                  kv_blocks
+                                                            : 0.0));
         if (l == WORKER_LIFE_BACKOFF || l == WORKER_LIFE_FAILED)
             json_object_set_new(o, "restart_in_ms",
                                 json_integer(w->respawn_at_ms > now ? w->respawn_at_ms - now

@@ -42,6 +42,7 @@ struct workers {
     void (*on_stopped)(void *arg);
     void *on_stopped_arg;
     unsigned char *scratch;    /* WIRE_MAX_MSG bytes to encode into */
+    uint64_t *keys;            /* (WIRE_MAX_PROMPT / KV_HASH_BLOCK) a prompt's block keys */
     struct proto_decoder *decoder; /* the workers' records: copied out of the ring, decoded */
     uint64_t next_seq;         /* submission counter for the slots */
     uint32_t n;

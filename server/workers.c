@@ -16,6 +16,7 @@
 #include <event2/event.h>
 
 #include "config.h"
+#include "kv_hash.h"
 #include "log.h"
 #include "notify.h"
 #include "proto.h"
@@ -91,6 +92,30 @@ struct worker *workers_pick_skip(struct workers *ws, uint64_t skip)
             best = w;
     }
     return best;
+}
+
+struct worker *workers_pick_for(struct workers *ws, uint64_t skip, const uint32_t *prompt,
+                                uint32_t n, enum prefix_route_reason *why)
+{
+    struct prefix_route_cand cand[CONFIG_MAX_WORKERS];
+    struct worker *who[CONFIG_MAX_WORKERS];
+    uint32_t n_keys = prefix_index_keys(prompt, n, ws->keys, WIRE_MAX_PROMPT / KV_HASH_BLOCK);
+    int k = 0;
+
+    for (uint32_t i = 0; i < ws->n && k < CONFIG_MAX_WORKERS; i++) {
+        struct worker *w = &ws->w[i];
+        if (i < 64 && (skip & ((uint64_t)1 << i)))
+            continue;
+        if (!worker_alive(w) || w->life != WORKER_LIFE_READY ||
+            w->used >= ws->cfg->max_sequences)
+            continue;
+        cand[k].used = w->used;
+        cand[k].match = w->prefix ? prefix_index_match(w->prefix, ws->keys, n_keys) : 0;
+        who[k++] = w;
+    }
+    if (k == 0)
+        return NULL;
+    return who[prefix_route(cand, k, prefix_route_slack(ws->cfg->max_sequences), why)];
 }
 
 struct worker *workers_pick(struct workers *ws)
@@ -272,6 +297,25 @@ static void release_slot(struct worker *w, struct worker_slot *sl)
     w->used--;
 }
 
+/* A CACHE record: the worker's KV cache indexed or evicted these blocks. */
+static void apply_cache(struct worker *w, const struct proto_msg *m)
+{
+    if (!w->prefix)
+        return;
+    if (m->u.cache.reset)
+        prefix_index_clear(w->prefix);
+    for (uint32_t i = 0; i < m->u.cache.n; i++) {
+        uint64_t e = m->u.cache.ev[i];
+        if (!(e & 1)) {
+            prefix_index_remove(w->prefix, e + 1);
+        } else if (prefix_index_add(w->prefix, e) < 0) {
+            log_warn("worker %u: out of memory for its prefix index; routing forgets it", w->id);
+            prefix_index_clear(w->prefix);
+            return;
+        }
+    }
+}
+
 /* One record: validate, route. Returns 0, or -EPROTO when the worker must be stopped. */
 static int handle_record(struct worker *w, const void *buf, uint32_t len, bool *capacity)
 {
@@ -282,6 +326,10 @@ static int handle_record(struct worker *w, const void *buf, uint32_t len, bool *
     if (rc < 0) {
         log_error("worker %u: malformed record of %u bytes rejected", w->id, len);
         return -EPROTO;
+    }
+    if (m.type == MSG_TYPE_CACHE) {
+        apply_cache(w, &m);
+        return 0;
     }
     if (m.type != MSG_TYPE_STARTED && m.type != MSG_TYPE_TOKEN && m.type != MSG_TYPE_DONE &&
         m.type != MSG_TYPE_FAILED) {
@@ -394,6 +442,8 @@ void worker_drain_dead(struct worker *w)
 void worker_lose_jobs(struct worker *w, const char *cause)
 {
     struct workers *ws = w->ws;
+    if (w->prefix) /* its cache died with it */
+        prefix_index_clear(w->prefix);
     for (;;) {
         /* newest first: the request layer puts each back at the head of the queue */
         struct worker_slot *newest = NULL;
@@ -431,14 +481,16 @@ struct workers *workers_create(struct event_base *base, const struct kiln_config
     if (supervisor_init(ws) < 0)
         goto fail;
     ws->scratch = malloc(WIRE_MAX_MSG);
+    ws->keys = malloc((WIRE_MAX_PROMPT / KV_HASH_BLOCK) * sizeof(uint64_t));
     ws->decoder = proto_decoder_create();
     ws->ev_flush = event_new(base, -1, 0, on_flush, ws);
-    if (!ws->scratch || !ws->decoder || !ws->ev_flush)
+    if (!ws->scratch || !ws->keys || !ws->decoder || !ws->ev_flush)
         goto fail;
     for (uint32_t i = 0; i < ws->n; i++) {
         struct worker *w = &ws->w[i];
         w->slots = calloc(cfg->max_sequences, sizeof(*w->slots));
-        if (!w->slots || supervisor_init_worker(w) < 0)
+        w->prefix = prefix_index_create();
+        if (!w->slots || !w->prefix || supervisor_init_worker(w) < 0)
             goto fail;
     }
     for (uint32_t i = 0; i < ws->n; i++)
@@ -486,12 +538,15 @@ void workers_destroy(struct workers *ws, int timeout_ms)
         supervisor_close_worker(w);
         free(w->slots);
         w->slots = NULL;
+        prefix_index_destroy(w->prefix);
+        w->prefix = NULL;
         w->life = WORKER_LIFE_STOPPED;
     }
     supervisor_free(ws);
     if (ws->ev_flush)
         event_free(ws->ev_flush);
     free(ws->scratch);
+    free(ws->keys);
     proto_decoder_destroy(ws->decoder);
     free(ws);
 }

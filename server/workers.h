@@ -5,6 +5,7 @@
 #ifndef WORKERS_H
 #define WORKERS_H
 
+#include "prefix_index.h"
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -57,6 +58,7 @@ struct worker {
     uint32_t deaths_in_row;  /* deaths since the last minute of health: the backoff's exponent */
     uint32_t n_spawns;
     uint64_t n_records;
+    struct prefix_index *prefix; /* the block keys its KV cache reported; cleared at death */
 
     /* supervision (supervisor.c) */
     int err_fd;              /* read end of the process's stderr pipe; -1 when none */
@@ -107,6 +109,11 @@ struct worker *workers_pick(struct workers *ws);
 /* workers_pick among those whose bit (1 << index in ws->w) is clear in skip: a worker whose
  * ring turned a job away is skipped for the rest of a dispatch pass. */
 struct worker *workers_pick_skip(struct workers *ws, uint64_t skip);
+
+/* workers_pick_skip for a job of prompt (n tokens), by the routing rule of prefix_index.h;
+ * *why says which rule chose (unset when NULL is returned). */
+struct worker *workers_pick_for(struct workers *ws, uint64_t skip, const uint32_t *prompt,
+                                uint32_t n, enum prefix_route_reason *why);
 
 /* Whether any worker runs or will run again (starting, ready or in backoff). */
 bool workers_any_hope(struct workers *ws);

@@ -117,6 +117,25 @@ static void test_api_gguf_repeated_prompt_reuses_the_cache_and_answers_the_same(
         assert_string_equal(first, whole);
 #undef FMT
     }
+    /* /metrics counts the reused tokens; /health shows the worker's cache */
+    struct http_response resp;
+    json_t *j;
+    unsigned long long reused = 0;
+    assert_int_equal(front_call(port, "GET", "/metrics", NULL, &j, &resp), 200);
+    const char *at = strstr(resp.body, "kiln_worker_prompt_tokens_total{worker=\"0\",kind=\"reused\"} ");
+    assert_non_null(at);
+    assert_int_equal(sscanf(strchr(at, '}') + 2, "%llu", &reused), 1);
+    assert_true(reused >= 32);
+    assert_non_null(strstr(resp.body, "kiln_worker_kv_blocks{worker=\"0\",state=\"cached\"}"));
+    assert_non_null(strstr(resp.body, "kiln_worker_kv_evictions_total{worker=\"0\"} 0"));
+    http_response_free(&resp);
+    json_decref(j);
+    assert_int_equal(front_call(port, "GET", "/health", NULL, &j, NULL), 200);
+    json_t *cache = json_object_get(json_array_get(json_object_get(j, "workers"), 0), "cache");
+    assert_true(json_integer_value(json_object_get(cache, "blocks")) > 0);
+    assert_true(json_integer_value(json_object_get(cache, "cached")) > 0);
+    assert_true(json_real_value(json_object_get(cache, "fill")) > 0.0);
+    json_decref(j);
 }
 
 int main(void)

@@ -259,6 +259,32 @@ static void test_proto_cancel_and_started_round_trip(void **state)
     assert_int_equal(f->out.req_id, 0);
     assert_int_equal(f->out.u.prompt_tokens, UINT32_MAX);
     assert_int_equal(f->out.cached_tokens, 4096);
+    /* CACHE: events in order, a reset; a key of 0 or a request id is refused */
+    f->in.type = MSG_TYPE_CACHE;
+    f->in.req_id = 0;
+    f->in.u.cache.reset = true;
+    f->in.u.cache.n = 3;
+    f->in.u.cache.ev[0] = 0x1235;
+    f->in.u.cache.ev[1] = 0x1234;
+    f->in.u.cache.ev[2] = UINT64_MAX;
+    assert_true((len = encode(f)) > 0);
+    assert_int_equal(decode(f, f->buf, (size_t)len), 0);
+    assert_int_equal(f->out.type, MSG_TYPE_CACHE);
+    assert_true(f->out.u.cache.reset);
+    assert_int_equal(f->out.u.cache.n, 3);
+    assert_true(f->out.u.cache.ev[1] == 0x1234 && f->out.u.cache.ev[2] == UINT64_MAX);
+    f->in.u.cache.ev[1] = 0;
+    assert_true((len = encode(f)) > 0);
+    assert_int_equal(decode(f, f->buf, (size_t)len), -EPROTO);
+    f->in.u.cache.ev[1] = 8;
+    f->in.req_id = 9;
+    assert_true((len = encode(f)) > 0);
+    assert_int_equal(decode(f, f->buf, (size_t)len), -EPROTO);
+    f->in.req_id = 0;
+    f->in.u.cache.n = WIRE_MAX_CACHE_EVENTS + 1;
+    assert_true(encode(f) < 0);
+
+    f->in.type = MSG_TYPE_STARTED;
     /* more reused than the prompt holds: refused */
     f->in.u.prompt_tokens = 10;
     f->in.cached_tokens = 11;

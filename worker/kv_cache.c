@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kv_hash.h"
+
 #define NONE UINT32_MAX
 
 struct kv_blk {
@@ -34,19 +36,11 @@ struct kv_cache {
     struct kv_slot *slots;
     uint32_t *slot_mem;
     uint32_t outstanding; /* blocks reserved by running slots and not yet taken */
+    uint64_t *ev;         /* (KV_CACHE_EVENTS) keys indexed (key) and evicted (key - 1) */
+    uint32_t n_ev;
+    bool ev_lost;
     uint64_t evictions, reused_tokens;
 };
-
-static uint64_t chain_hash(uint64_t parent, const uint32_t *tok)
-{
-    uint64_t h = parent ^ 0x9e3779b97f4a7c15ull;
-    for (int i = 0; i < KV_BLOCK; i++) {
-        h = (h ^ tok[i]) * 0x100000001b3ull;
-        h ^= h >> 29;
-    }
-    h = (h ^ (h >> 31)) * 0xbf58476d1ce4e5b9ull;
-    return (h ^ (h >> 32)) | 1; /* never 0, which means "no parent" */
-}
 
 struct kv_cache *kv_cache_create(uint32_t n_blocks, uint32_t n_slots, uint32_t max_ctx, int *err)
 {
@@ -74,7 +68,8 @@ struct kv_cache *kv_cache_create(uint32_t n_blocks, uint32_t n_slots, uint32_t m
     c->buckets = malloc((size_t)nb * sizeof(uint32_t));
     c->slots = calloc(n_slots, sizeof(*c->slots));
     c->slot_mem = calloc((size_t)n_slots * c->max_blocks * (KV_BLOCK + 1), sizeof(uint32_t));
-    ok = c->blk && c->block_tokens && c->free_stack && c->buckets && c->slots && c->slot_mem;
+    c->ev = calloc(KV_CACHE_EVENTS, sizeof(uint64_t));
+    ok = c->ev && c->blk && c->block_tokens && c->free_stack && c->buckets && c->slots && c->slot_mem;
     if (!ok) {
         kv_cache_destroy(c);
         *err = -ENOMEM;
@@ -104,6 +99,7 @@ void kv_cache_destroy(struct kv_cache *c)
     free(c->buckets);
     free(c->slots);
     free(c->slot_mem);
+    free(c->ev);
     free(c);
 }
 
@@ -146,8 +142,17 @@ static uint32_t index_find(const struct kv_cache *c, uint64_t hash, uint64_t par
     return NONE;
 }
 
+static void event(struct kv_cache *c, uint64_t e)
+{
+    if (c->n_ev < KV_CACHE_EVENTS)
+        c->ev[c->n_ev++] = e;
+    else
+        c->ev_lost = true;
+}
+
 static void index_remove(struct kv_cache *c, uint32_t b)
 {
+    event(c, c->blk[b].hash - 1);
     uint32_t *p = &c->buckets[c->blk[b].hash & c->mask];
     while (*p != b)
         p = &c->blk[*p].next_in_bucket;
@@ -188,7 +193,7 @@ int kv_cache_begin(struct kv_cache *c, int slot, const uint32_t *prompt, uint32_
         return -ENOSPC;
     /* count first, change nothing until it fits */
     for (uint32_t i = 0; reuse && (i + 1) * KV_BLOCK <= n - 1; i++) {
-        uint64_t h = chain_hash(parent, prompt + (size_t)i * KV_BLOCK);
+        uint64_t h = kv_hash_block(parent, prompt + (size_t)i * KV_BLOCK);
         uint32_t b = index_find(c, h, parent, prompt + (size_t)i * KV_BLOCK);
         if (b == NONE)
             break;
@@ -250,7 +255,7 @@ void kv_cache_commit(struct kv_cache *c, int slot, const uint32_t *tokens, uint3
         if ((pos + 1) % KV_BLOCK == 0) {
             const uint32_t *tok = s->tokens + (pos + 1 - KV_BLOCK);
             uint32_t b = s->table[pos / KV_BLOCK];
-            uint64_t h = chain_hash(s->last_hash, tok);
+            uint64_t h = kv_hash_block(s->last_hash, tok);
 
             if (!c->blk[b].indexed && index_find(c, h, s->last_hash, tok) == NONE) {
                 struct kv_blk *k = &c->blk[b];
@@ -260,6 +265,7 @@ void kv_cache_commit(struct kv_cache *c, int slot, const uint32_t *tokens, uint3
                 memcpy(c->block_tokens + (size_t)b * KV_BLOCK, tok, KV_BLOCK * sizeof(uint32_t));
                 k->next_in_bucket = c->buckets[h & c->mask];
                 c->buckets[h & c->mask] = b;
+                event(c, h);
             }
             s->last_hash = h;
         }
@@ -305,4 +311,16 @@ void kv_cache_get_stats(const struct kv_cache *c, struct kv_cache_stats *st)
     st->used = c->n_blocks - c->n_free - c->n_lru;
     st->evictions = c->evictions;
     st->reused_tokens = c->reused_tokens;
+}
+
+uint32_t kv_cache_take_events(struct kv_cache *c, uint64_t *out, uint32_t cap, bool *lost)
+{
+    uint32_t n = c->n_ev < cap ? c->n_ev : cap;
+
+    *lost = c->ev_lost;
+    c->ev_lost = false;
+    memcpy(out, c->ev, (size_t)n * sizeof(uint64_t));
+    memmove(c->ev, c->ev + n, (size_t)(c->n_ev - n) * sizeof(uint64_t));
+    c->n_ev -= n;
+    return n;
 }

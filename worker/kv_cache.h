@@ -16,7 +16,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define KV_BLOCK 16 /* positions per block */
+#include "kv_hash.h"
+
+#define KV_BLOCK KV_HASH_BLOCK /* positions per block */
 
 struct kv_cache;
 
@@ -55,6 +57,14 @@ uint32_t kv_cache_len(const struct kv_cache *c, int slot);
 void kv_cache_end(struct kv_cache *c, int slot);
 
 void kv_cache_get_stats(const struct kv_cache *c, struct kv_cache_stats *st);
+
+/* Events kept for the front's prefix index (kv_hash.h keys): a block indexed (its key) or
+ * evicted (its key - 1), in order, at most KV_CACHE_EVENTS held. */
+#define KV_CACHE_EVENTS 4096u
+
+/* Moves up to cap of the oldest events into out; *lost is set (once) when some were
+ * dropped because the log was full. Returns how many. */
+uint32_t kv_cache_take_events(struct kv_cache *c, uint64_t *out, uint32_t cap, bool *lost);
 
 /* Slot's block table: entry i holds positions [i * KV_BLOCK, (i + 1) * KV_BLOCK). */
 const uint32_t *kv_cache_table(const struct kv_cache *c, int slot);

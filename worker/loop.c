@@ -91,8 +91,16 @@ static void loop_heartbeat(void *ctx)
 
 static void publish_counts(struct loop *l)
 {
+    struct model_cache_stats cs;
+
     atomic_store_explicit(&l->hdr->running, l->n_active, memory_order_relaxed);
     atomic_store_explicit(&l->hdr->waiting, l->q_len, memory_order_relaxed);
+    model_cache_stats(l->m, &cs);
+    atomic_store_explicit(&l->hdr->kv_blocks, cs.blocks, memory_order_relaxed);
+    atomic_store_explicit(&l->hdr->kv_used, cs.used, memory_order_relaxed);
+    atomic_store_explicit(&l->hdr->kv_cached, cs.cached, memory_order_relaxed);
+    atomic_store_explicit(&l->hdr->n_prompt_reused, cs.reused_tokens, memory_order_relaxed);
+    atomic_store_explicit(&l->hdr->n_kv_evictions, cs.evictions, memory_order_relaxed);
 }
 
 /* Sleep on wake_fd for at most ms: through the io_uring waiter, or poll() without one. A
@@ -173,6 +181,23 @@ static void send_started(struct loop *l, uint64_t req_id, uint32_t prompt_tokens
     l->out.u.prompt_tokens = prompt_tokens;
     l->out.cached_tokens = cached_tokens;
     (void)send_msg(l, &l->out); /* failures are logged where they happen */
+}
+
+/* The KV cache's block events since the last call, to the front's prefix index. */
+static void send_cache_events(struct loop *l)
+{
+    int lost;
+    uint32_t n;
+
+    while ((n = model_cache_events(l->m, l->out.u.cache.ev, WIRE_MAX_CACHE_EVENTS, &lost)) ||
+           lost) {
+        l->out.type = MSG_TYPE_CACHE;
+        l->out.req_id = 0;
+        l->out.u.cache.reset = lost != 0;
+        l->out.u.cache.n = n;
+        if (send_msg(l, &l->out) < 0)
+            return;
+    }
 }
 
 static void send_done(struct loop *l, uint64_t req_id, enum finish_reason reason,
@@ -746,6 +771,7 @@ int loop_run(struct loop *l, volatile sig_atomic_t *stop)
         admit(l);
         if (l->n_order)
             decode_step(l);
+        send_cache_events(l);
         publish_counts(l);
         flush(l);
     }

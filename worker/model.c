@@ -52,6 +52,19 @@ int model_seq_begin(struct model *m, int slot, const uint32_t *prompt, uint32_t 
     return m->ops->seq_begin(m, slot, prompt, n, max_len, reuse);
 }
 
+uint32_t model_cache_events(struct model *m, uint64_t *out, uint32_t cap, int *lost)
+{
+    *lost = 0;
+    return m->ops->cache_events ? m->ops->cache_events(m, out, cap, lost) : 0;
+}
+
+void model_cache_stats(const struct model *m, struct model_cache_stats *st)
+{
+    *st = (struct model_cache_stats){0};
+    if (m->ops->cache_stats)
+        m->ops->cache_stats(m, st);
+}
+
 void model_destroy(struct model *m)
 {
     if (m && m->ops->destroy)

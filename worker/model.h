@@ -16,6 +16,12 @@ struct model_result {
     char error[256];
 };
 
+/* A paged KV cache's counts (kv_cache.h's, for the worker's shared header). */
+struct model_cache_stats {
+    uint32_t blocks, used, cached;
+    uint64_t evictions, reused_tokens;
+};
+
 struct model_ops {
     /* Run the prompt into slot; logits are for the token after it. Returns 0 or -errno with
      * a message in m->error. */
@@ -37,6 +43,10 @@ struct model_ops {
      * (try again after a sequence ends), or -ENOSPC with a message when it never would. */
     int (*seq_begin)(struct model *m, int slot, const uint32_t *prompt, uint32_t n,
                      uint32_t max_len, int reuse);
+    /* Optional: moves up to cap KV-cache events (kv_cache_take_events) into out. */
+    uint32_t (*cache_events)(struct model *m, uint64_t *out, uint32_t cap, int *lost);
+    /* Optional: the KV cache's counts now. */
+    void (*cache_stats)(const struct model *m, struct model_cache_stats *st);
     void (*destroy)(struct model *m);
 };
 
@@ -68,5 +78,9 @@ void model_seq_free(struct model *m, int slot);
 int model_seq_begin(struct model *m, int slot, const uint32_t *prompt, uint32_t n,
                     uint32_t max_len, int reuse);
 void model_destroy(struct model *m);
+/* 0 events for a model without a cache. */
+uint32_t model_cache_events(struct model *m, uint64_t *out, uint32_t cap, int *lost);
+/* Zeroes *st for a model without a cache. */
+void model_cache_stats(const struct model *m, struct model_cache_stats *st);
 
 #endif

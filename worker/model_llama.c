@@ -533,6 +533,25 @@ static int llama_decode(struct model *m, int slot, uint32_t token, float *logits
     return r.status;
 }
 
+static void llama_cache_stats(const struct model *m, struct model_cache_stats *st)
+{
+    struct kv_cache_stats ks;
+    kv_cache_get_stats(((const struct llama *)m)->kvc, &ks);
+    st->blocks = ks.blocks;
+    st->used = ks.used;
+    st->cached = ks.cached;
+    st->evictions = ks.evictions;
+    st->reused_tokens = ks.reused_tokens;
+}
+
+static uint32_t llama_cache_events(struct model *m, uint64_t *out, uint32_t cap, int *lost)
+{
+    bool l = false;
+    uint32_t n = kv_cache_take_events(((struct llama *)m)->kvc, out, cap, &l);
+    *lost = l;
+    return n;
+}
+
 void model_llama_free(struct model *m)
 {
     struct llama *L = (struct llama *)m;
@@ -572,6 +591,8 @@ const struct model_ops model_llama_ops = {
     .decode_batch = llama_decode_batch,
     .seq_free = llama_seq_free,
     .seq_begin = llama_seq_begin,
+    .cache_stats = llama_cache_stats,
+    .cache_events = llama_cache_events,
     .destroy = model_llama_free,
 };
 
