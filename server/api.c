@@ -180,9 +180,12 @@ static int chat_text(struct request *r, json_t *o, char **text, struct tokenizer
 {
     const struct front_model *m = &r->f->model;
     struct api_chat c;
-    /* a model whose template shows no call markup is told to use Hermes' tags */
+    /* a model whose template shows no call markup is told to use Hermes' tags, unless
+     * --tool-call-format none said not to read calls at all */
     enum toolcall_format fmt =
-        m->tool_format == TOOLCALL_FORMAT_NONE ? TOOLCALL_FORMAT_ANY : m->tool_format;
+        m->tool_format == TOOLCALL_FORMAT_NONE && !r->f->cfg->tool_call_format
+            ? TOOLCALL_FORMAT_ANY
+            : m->tool_format;
     int rc = api_chat_parse(o, &c, e);
 
     *text = NULL;

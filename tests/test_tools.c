@@ -271,6 +271,15 @@ static void test_tools_choice_none_leaves_markup_as_content(void **state)
     run_case(reply, NULL, ASK ",\"tool_choice\":\"none\"}", &w);
 }
 
+static void test_tools_format_none_reads_no_calls(void **state)
+{
+    (void)state;
+    static const char *const fmt[] = {"--tool-call-format", "none", NULL};
+    const char *reply = "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>";
+    struct want w = {reply, NULL, 0, {NULL}, {NULL}, "stop"};
+    run_case(reply, fmt, ASK "}", &w);
+}
+
 static void test_tools_parallel_off_keeps_first_call(void **state)
 {
     (void)state;
@@ -353,6 +362,7 @@ int main(void)
         cmocka_unit_test(test_tools_malformed_call_is_content),
         cmocka_unit_test(test_tools_reasoning_split_and_inline),
         cmocka_unit_test(test_tools_choice_none_leaves_markup_as_content),
+        cmocka_unit_test(test_tools_format_none_reads_no_calls),
         cmocka_unit_test(test_tools_parallel_off_keeps_first_call),
         cmocka_unit_test(test_tools_request_fields_checked),
     };
