@@ -48,7 +48,7 @@ $(B)/obj/worker/kernels_avx512_ext.o: override CFLAGS += -mavx512f -mavx512bw -m
                                    -mavx512vnni -mavx2 -mfma -mf16c
 
 .PHONY: all bins tests benches test test-unit test-asan test-tsan test-openai test-oracle oracle \
-        test-webui bench run deps deps-test deps-browser fuzz fuzz-toolcall clean
+        test-webui bench run deps deps-test deps-browser fuzz fuzz-toolcall fuzz-http clean
 all: bins
 bins: $(BINS)
 tests: $(TESTS)
@@ -272,7 +272,7 @@ deps deps-test:
 # the vocabulary files). Crashes land in build-fuzz/crash-*.
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -Iinclude -O1 -g $(WARN)
-fuzz: fuzz-toolcall
+fuzz: fuzz-toolcall fuzz-http
 	@mkdir -p build-fuzz/corpus
 	clang $(FUZZ_FLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	  tests/fuzz_gguf.c common/gguf.c -o build-fuzz/fuzz_gguf
@@ -282,6 +282,34 @@ fuzz: fuzz-toolcall
 	for f in ../shared/vocab/*.gguf; do head -c 16384 $$f > build-fuzz/corpus/head-$${f##*/}; done
 	build-fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \
 	  -artifact_prefix=build-fuzz/ build-fuzz/corpus
+
+# What clients send: the request-framing guard over any bytes in any piece sizes, and the
+# generation routes' JSON body handling against the mock's model facts (tests/fuzz_http.c),
+# for FUZZ_SECONDS. The front's sources go into an archive so only what the target needs is
+# linked.
+FUZZ_HTTP_SRC = $(filter-out server/main.c,$(wildcard server/*.c)) $(COMMON_SRC) \
+                $(B)/gen/webui_assets.c
+fuzz-http: $(B)/gen/webui_assets.c
+	@mkdir -p build-fuzz/obj-http build-fuzz/corpus-http
+	for f in $(FUZZ_HTTP_SRC); do \
+	  clang $(FUZZ_FLAGS) $(PKG_CFLAGS) -Iserver -fsanitize=fuzzer-no-link,address,undefined \
+	    -fno-sanitize-recover=all -c $$f -o build-fuzz/obj-http/$$(echo $$f | tr / _).o || exit 1; \
+	done
+	rm -f build-fuzz/libfront.a && ar rcs build-fuzz/libfront.a build-fuzz/obj-http/*.o
+	clang $(FUZZ_FLAGS) $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	  tests/fuzz_http.c build-fuzz/libfront.a -o build-fuzz/fuzz_http $(PKG_LIBS) -lm
+	printf '\000\007POST /v1/completions HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}' \
+	  > build-fuzz/corpus-http/post
+	printf '\000\003POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n' \
+	  > build-fuzz/corpus-http/chunked
+	printf '\001{"prompt":"hi","max_tokens":4,"n":2,"stop":["x"],"logprobs":2,"stream":true}' \
+	  > build-fuzz/corpus-http/completion
+	printf '\002{"messages":[{"role":"user","content":"hi"}],"logit_bias":{"5":-100},"seed":1}' \
+	  > build-fuzz/corpus-http/chat
+	printf '\001{"prompt":[1,2,3],"response_format":{"type":"json_object"},"top_k":3}' \
+	  > build-fuzz/corpus-http/ids
+	build-fuzz/fuzz_http -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -print_final_stats=1 \
+	  -artifact_prefix=build-fuzz/ build-fuzz/corpus-http
 
 # The reply parser (tool calls, reasoning) on any model output, for FUZZ_SECONDS, from a
 # corpus of every format's calls (tests/test_toolcall.c's replies are the seeds' shapes).

@@ -1,0 +1,117 @@
+/* libFuzzer target for what a client sends the front: the request-framing tracker
+ * (server/http_guard.c) fed any bytes in pieces of a size the input chooses, and the JSON
+ * body handling of the generation routes (api_parse_common and api_parse_prompt over any
+ * bytes parsed as JSON, against the mock's model facts). Checks the guard's contract (it
+ * never consumes more than it is given, a verdict stays, what it holds back is within the
+ * header limit) and that parsing either succeeds or names a 4xx; ASan/UBSan and LeakSanitizer
+ * catch the rest. Built by `make fuzz` (clang), never by `make test`. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "../server/api.h"
+#include "../server/api_impl.h"
+#include "../server/config.h"
+#include "../server/http_guard.h"
+#include "../server/request.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void fuzz_guard(const uint8_t *data, size_t size)
+{
+    struct http_guard g;
+    size_t step = (size_t)(data[0] % 64) + 1;
+    http_guard_init(&g, 1u << 16, 1024);
+    data++;
+    size--;
+    for (size_t i = 0; i < size; i += step) {
+        size_t n = i + step <= size ? step : size - i;
+        enum http_guard_verdict before = g.verdict;
+        size_t used = http_guard_feed(&g, (const char *)data + i, n);
+        if (used > n)
+            __builtin_trap();
+        if (before != HTTP_GUARD_OK && (used != 0 || g.verdict != before))
+            __builtin_trap(); /* a verdict stays and nothing more is consumed */
+        if (http_guard_held(&g) > g.max_header)
+            __builtin_trap();
+        if (g.verdict != HTTP_GUARD_OK) {
+            int st = http_guard_status(g.verdict);
+            if (st != 400 && st != 413 && st != 431)
+                __builtin_trap();
+            break;
+        }
+    }
+}
+
+static struct front fuzz_front;
+
+static void fuzz_body(const uint8_t *data, size_t size, enum request_kind kind)
+{
+    json_t *o = json_loadb((const char *)data, size, 0, NULL);
+    struct request *r;
+    struct api_params p;
+    struct perr e = {0};
+    const char *text = NULL;
+    size_t len = 0;
+    uint32_t *ids = NULL, n_ids = 0;
+
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return;
+    }
+    if (!(r = calloc(1, sizeof(*r)))) {
+        json_decref(o);
+        return;
+    }
+    r->f = &fuzz_front;
+    r->kind = kind;
+    r->lead = r;
+    proto_sampling_init(&r->sampling);
+    int rc = api_parse_common(r, o, &p, &e);
+    if (rc == -EINVAL && (e.status ? e.status : 400) / 100 != 4)
+        __builtin_trap();
+    if (rc == 0 && kind == REQUEST_KIND_COMPLETION) {
+        memset(&e, 0, sizeof(e));
+        rc = api_parse_prompt(r, o, &text, &len, &ids, &n_ids, &e);
+        if (rc == 0 && !text && n_ids && !ids)
+            __builtin_trap();
+    }
+    for (uint32_t i = 0; i < r->n_stops; i++)
+        free(r->stops[i]);
+    free(r->grammar);
+    free(ids);
+    free(r);
+    json_decref(o);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static int ready;
+    if (!ready) {
+        static struct kiln_config cfg;
+        char err[256];
+        config_init(&cfg);
+        cfg.model = "mock";
+        if (front_model_open(&fuzz_front.model, &cfg, err, sizeof(err)) < 0)
+            __builtin_trap();
+        fuzz_front.cfg = &cfg;
+        ready = 1;
+    }
+    if (size < 2)
+        return 0;
+    switch (data[0] % 3) {
+    case 0:
+        fuzz_guard(data + 1, size - 1);
+        break;
+    case 1:
+        fuzz_body(data + 1, size - 1, REQUEST_KIND_COMPLETION);
+        break;
+    default:
+        fuzz_body(data + 1, size - 1, REQUEST_KIND_CHAT);
+        break;
+    }
+    return 0;
+}
