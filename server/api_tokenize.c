@@ -126,6 +126,9 @@ static long tk_encode(const struct tokenizer *tok, const char *text, size_t len,
     return -EOVERFLOW;
 }
 
+/* The most tokens /tokenize answers with their pieces. */
+#define TK_MAX_PIECES 16384
+
 void api_tokenize(struct front *f, struct evhttp_request *http)
 {
     const struct tokenizer *tok = f->model.tok;
@@ -155,6 +158,20 @@ void api_tokenize(struct front *f, struct evhttp_request *http)
             goto oom;
         tk_bad(&e, "content", "the content cannot be encoded");
         goto bad;
+    }
+    if (with_pieces && n > TK_MAX_PIECES) {
+        /* each piece is an object of its own: 1 MB of text made a 23 MB answer and held
+         * the event loop for seconds */
+        free(ids);
+        json_decref(o);
+        char msg[160];
+        snprintf(msg, sizeof(msg),
+                 "with_pieces answers at most %d tokens (this content has %ld); tokenize it "
+                 "without pieces or in parts",
+                 TK_MAX_PIECES, n);
+        api_send_error(http, 413, "invalid_request_error", msg, "with_pieces",
+                       "request_too_large");
+        return;
     }
     if (!(arr = json_array()) || !(root = json_pack("{s:o}", "tokens", arr)))
         goto oom;

@@ -501,6 +501,27 @@ static void test_abuse_half_closed_client_gets_its_answer(void **state)
     }
 }
 
+/* Finding 3: /tokenize with_pieces on a 1 MB body made a 23 MB answer and held the loop for
+ * seconds; it is refused (413) above 16384 tokens, and without pieces it answers. */
+static void test_abuse_tokenize_with_pieces_is_bounded(void **state)
+{
+    const char *args[] = {"--model", "mock", NULL};
+    struct kiln_proc *p = start(state, args);
+    int port = kiln_port(p);
+    size_t n = 1000000;
+    char *body = malloc(n + 64);
+    assert_non_null(body);
+    int k = snprintf(body, 64, "{\"with_pieces\":true,\"content\":\"");
+    memset(body + k, 'a', n - (size_t)k - 2);
+    memcpy(body + n - 2, "\"}", 3);
+    struct http_response r;
+    assert_int_equal(http_request_ex(port, "POST", "/tokenize", NULL, body, n, 30000, &r), 413);
+    assert_true(r.body_len < 1024);
+    assert_non_null(strstr(r.body, "with_pieces"));
+    http_response_free(&r);
+    free(body);
+}
+
 /* Run kiln with args (a shell fragment) to its exit; its output in out. Returns its status. */
 static int run_kiln(const char *args, char *out, size_t cap)
 {
@@ -547,6 +568,7 @@ int main(void)
                                   teardown),
         cmocka_unit_test_teardown(test_abuse_stopped_idle_worker_is_replaced, teardown),
         cmocka_unit_test_teardown(test_abuse_half_closed_client_gets_its_answer, teardown),
+        cmocka_unit_test_teardown(test_abuse_tokenize_with_pieces_is_bounded, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
