@@ -46,7 +46,7 @@ struct shm_region_hdr {
     _Atomic uint32_t running;   /* sequences running */
     _Atomic uint32_t waiting;   /* jobs received, not yet admitted */
     _Atomic uint64_t n_prefills, n_prefill_tokens, n_decode_steps, n_decoded_tokens;
-    struct hist prefill;     /* one prompt's prefill */
+    struct hist prefill;     /* one batched prefill (the prompts admitted together) */
     struct hist decode_step; /* one decode_batch call */
     /* The KV cache (worker/kv_cache.h; all 0 for a model without one): blocks in the pool,
      * held by running sequences, held by none but kept for reuse; prompt tokens linked

@@ -124,11 +124,50 @@ static void check_model(struct model *m, const char *name)
     free(two);
 }
 
+/* Three prompts (one with a cached prefix) prefilled in one batch, packed across the
+ * 128-row passes, give each the logits it gets alone; then they decode together. */
+static void check_batched_prefill(struct model *m, const char *name)
+{
+    static uint32_t p[3][200];
+    static const uint32_t ns[3] = {150, 70, 30};
+    const uint32_t *prompts[3] = {p[0], p[1], p[2]};
+    int slots[3] = {0, 1, 2};
+    struct model_result res[3];
+    size_t nv = m->n_vocab;
+    float *alone = malloc(3 * nv * sizeof(float)), *batch = malloc(3 * nv * sizeof(float));
+
+    assert_non_null(alone);
+    assert_non_null(batch);
+    for (uint32_t i = 0; i < 200; i++) {
+        p[0][i] = 3 + (i * 31 + 7) % (m->n_vocab - 3);
+        p[1][i] = 3 + (i * 17 + 1) % (m->n_vocab - 3);
+        p[2][i] = 3 + (i * 13 + 5) % (m->n_vocab - 3);
+    }
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(model_seq_begin(m, 0, p[i], ns[i], ns[i], 0), 0);
+        assert_int_equal(model_prefill(m, 0, p[i], ns[i], alone + i * nv), 0);
+        model_seq_free(m, 0);
+    }
+    /* p[0] was cached by the loop above: its first blocks are linked */
+    assert_true(model_seq_begin(m, 0, p[0], ns[0], ns[0], 1) > 0);
+    assert_int_equal(model_seq_begin(m, 1, p[1], ns[1], ns[1], 0), 0);
+    assert_int_equal(model_seq_begin(m, 2, p[2], ns[2], ns[2], 0), 0);
+    assert_int_equal(model_prefill_batch(m, slots, prompts, ns, 3, batch, res), 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(res[i].status, 0);
+    if (memcmp(alone, batch, 3 * nv * sizeof(float)) != 0)
+        fail_msg("%s: a batched prefill differs from prefills alone", name);
+    for (int i = 0; i < 3; i++)
+        model_seq_free(m, i);
+    free(alone);
+    free(batch);
+}
+
 static void test_model_cache_stories_outputs_equal_with_and_without_reuse(void **state)
 {
     const char *shared = getenv("KILN_SHARED");
     char path[512], err[256];
-    struct model_llama_opts mo = {.max_sequences = 2, .ctx = 256, .threads = 2, .quiet = 1};
+    struct model_llama_opts mo = {.max_sequences = 3, .ctx = 256, .threads = 2, .quiet = 1};
     struct model *m;
     (void)state;
     snprintf(path, sizeof(path), "%s/models/stories260K.gguf", shared ? shared : "../shared");
@@ -136,6 +175,7 @@ static void test_model_cache_stories_outputs_equal_with_and_without_reuse(void *
     if (!m)
         fail_msg("%s", err);
     check_model(m, "stories260K");
+    check_batched_prefill(m, "stories260K");
     model_destroy(m);
 }
 
@@ -148,7 +188,7 @@ static void test_model_cache_every_architecture_outputs_equal_with_and_without_r
         struct model_gen_opts o = {.arch = archs[i], .dim = 64, .layers = 4, .heads = 4,
                                    .kv_heads = 2, .ffn = 128, .ctx = 256,
                                    .type = GGML_TYPE_Q8_0, .seed = 5, .peak = 4.0f};
-        struct model_llama_opts mo = {.max_sequences = 2, .ctx = 256, .threads = 2, .quiet = 1};
+        struct model_llama_opts mo = {.max_sequences = 3, .ctx = 256, .threads = 2, .quiet = 1};
         char path[128], err[256];
         struct model *m;
         if (!strncmp(archs[i], "gemma", 5))
@@ -158,6 +198,7 @@ static void test_model_cache_every_architecture_outputs_equal_with_and_without_r
         if (!(m = model_llama_create(path, &mo, err, sizeof(err))))
             fail_msg("%s: %s", archs[i], err);
         check_model(m, archs[i]);
+        check_batched_prefill(m, archs[i]);
         model_destroy(m);
     }
 }

@@ -75,6 +75,9 @@ struct loop {
     int *slots;               /* (n_slots) */
     uint32_t *tokens;         /* (n_slots) */
     struct model_result *res; /* (n_slots) */
+    struct loop_job **pf_jobs;     /* (n_slots) admit: the jobs of one batched prefill */
+    const uint32_t **pf_prompts;   /* (n_slots) their prompts */
+    uint32_t *pf_ns;               /* (n_slots) and lengths */
     uint32_t *prompt_in;      /* (WIRE_MAX_PROMPT) a JOB's prompt as decoded */
     struct proto_msg in, out;
     struct proto_decoder *dec;
@@ -553,29 +556,21 @@ static void sleep_idle(struct loop *l)
     }
 }
 
-/* Step 4: STARTED, prefill, the first token. The new sequence joins this iteration's decode
- * step unless it ended already. */
-static void start(struct loop *l, struct loop_job *job, int slot, uint32_t cached)
+/* Step 4, after the batched prefill: the first token of a job in slot, whose prefill gave
+ * logits (rc 0) or failed with why. The new sequence joins this iteration's decode step
+ * unless it ended already. */
+static void start_finish(struct loop *l, struct loop_job *job, int slot, int rc, const char *why,
+                         float *logits)
 {
     struct loop_seq *s = &l->seqs[slot];
-    uint64_t t0;
-    int rc;
 
-    send_started(l, job->req_id, job->n_prompt, cached);
-    flush(l); /* the front learns of the start before a long prefill */
-    sampler_reset(s->sampler, &job->sampling, job->prompt, job->n_prompt);
-    t0 = hist_now_us();
-    rc = model_prefill(l->m, slot, job->prompt, job->n_prompt, l->logits);
     if (rc < 0) {
-        const char *why = l->m->error[0] ? l->m->error : strerror(-rc);
-
         log_warn("request %llu: prefill failed: %s", (unsigned long long)job->req_id, why);
         model_seq_free(l->m, slot);
         job_release(l, job);
         send_failed(l, job->req_id, why);
         return;
     }
-    hist_observe(&l->hdr->prefill, hist_now_us() - t0);
     atomic_fetch_add_explicit(&l->hdr->n_prefills, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&l->hdr->n_prefill_tokens, job->n_prompt, memory_order_relaxed);
     s->active = true;
@@ -595,24 +590,31 @@ static void start(struct loop *l, struct loop_job *job, int slot, uint32_t cache
         send_failed(l, job->req_id, "the grammar is too ambiguous to follow");
         return;
     }
-    if (advance(l, s, l->logits))
+    if (advance(l, s, logits))
         l->order[l->n_order++] = slot;
 }
 
-/* Step 3: admit waiting jobs in order within the prefill budget (the first in any case) and
- * start each. A job cancelled while it waited is dropped when it reaches the front. */
-static int free_slot(const struct loop *l)
+/* A slot neither running nor taken by the first n jobs of this admission. */
+static int free_slot(const struct loop *l, uint32_t n)
 {
-    for (uint32_t i = 0; i < l->n_slots; i++)
-        if (!l->seqs[i].active)
+    for (uint32_t i = 0; i < l->n_slots; i++) {
+        bool taken = l->seqs[i].active;
+        for (uint32_t k = 0; k < n && !taken; k++)
+            taken = l->slots[k] == (int)i;
+        if (!taken)
             return (int)i;
+    }
     return -1; /* admission counts the free slots, so never */
 }
 
+/* Step 3: admit waiting jobs in order within the prefill budget (the first in any case) and
+ * the KV cache's room; a job cancelled while it waited is dropped when it reaches the front.
+ * Step 4: STARTED for each, one batched prefill of them all, then each one's first token. */
 static void admit(struct loop *l)
 {
     int slot, rc;
     uint32_t budget = l->max_prefill_tokens, admitted = 0, free_slots = l->n_slots - l->n_active;
+    uint64_t t0;
 
     while (l->q_len) {
         struct loop_job *job = queue_front(l);
@@ -628,7 +630,7 @@ static void admit(struct loop *l)
         }
         if ((admitted > 0 && job->n_prompt > budget) || admitted >= free_slots)
             break;
-        slot = free_slot(l);
+        slot = free_slot(l, admitted);
         /* room in the KV cache: linked prefix blocks and a reservation for its growth */
         rc = model_seq_begin(l->m, slot, job->prompt, job->n_prompt,
                              job->n_prompt + job->max_new_tokens, !job->sampling.no_cache);
@@ -648,11 +650,31 @@ static void admit(struct loop *l)
             continue;
         }
         budget = job->n_prompt < budget ? budget - job->n_prompt : 0;
-        admitted++;
         /* the job's storage stays untouched until the next read_records */
         queue_pop(l);
         publish_counts(l);
-        start(l, job, slot, (uint32_t)rc);
+        l->slots[admitted] = slot;
+        l->pf_jobs[admitted] = job;
+        l->pf_prompts[admitted] = job->prompt;
+        l->pf_ns[admitted] = job->n_prompt;
+        send_started(l, job->req_id, job->n_prompt, (uint32_t)rc);
+        sampler_reset(l->seqs[slot].sampler, &job->sampling, job->prompt, job->n_prompt);
+        admitted++;
+    }
+    if (admitted == 0)
+        return;
+    flush(l); /* the front learns of the starts before a long prefill */
+    t0 = hist_now_us();
+    rc = model_prefill_batch(l->m, l->slots, l->pf_prompts, l->pf_ns, (int)admitted, l->logits,
+                             l->res);
+    hist_observe(&l->hdr->prefill, hist_now_us() - t0);
+    for (uint32_t i = 0; i < admitted; i++) {
+        int st = rc == (int)admitted ? l->res[i].status : -EIO;
+        const char *why = st == -EIO && rc != (int)admitted ? "the batched prefill failed"
+                          : l->res[i].error[0]              ? l->res[i].error
+                                                            : strerror(-st);
+        start_finish(l, l->pf_jobs[i], l->slots[i], st, why,
+                     l->logits + (size_t)i * l->m->n_vocab);
     }
 }
 
@@ -815,11 +837,15 @@ struct loop *loop_create(struct model *m, struct shm_region *reg, int wake_fd, i
     l->slots = calloc(l->n_slots, sizeof(*l->slots));
     l->tokens = calloc(l->n_slots, sizeof(*l->tokens));
     l->res = calloc(l->n_slots, sizeof(*l->res));
+    l->pf_jobs = calloc(l->n_slots, sizeof(*l->pf_jobs));
+    l->pf_prompts = calloc(l->n_slots, sizeof(*l->pf_prompts));
+    l->pf_ns = calloc(l->n_slots, sizeof(*l->pf_ns));
     l->prompt_in = calloc(WIRE_MAX_PROMPT, sizeof(*l->prompt_in));
     l->buf = malloc(LOOP_OUT_BUF);
     l->dec = proto_decoder_create();
     if (!l->dec || !l->seqs || !l->order || !l->batch_of || !l->jobs || !l->queue || !l->free_jobs || !l->prompt_store ||
-        !l->logits || !l->slots || !l->tokens || !l->res || !l->prompt_in || !l->buf)
+        !l->logits || !l->slots || !l->tokens || !l->res || !l->prompt_in || !l->buf ||
+        !l->pf_jobs || !l->pf_prompts || !l->pf_ns)
         goto nomem;
     for (uint32_t i = 0; i < l->n_slots; i++)
         if (!(l->seqs[i].sampler = sampler_create(m->n_vocab)) ||
@@ -874,6 +900,9 @@ void loop_destroy(struct loop *l)
     free(l->slots);
     free(l->tokens);
     free(l->res);
+    free(l->pf_jobs);
+    free(l->pf_prompts);
+    free(l->pf_ns);
     free(l->prompt_in);
     free(l->buf);
     proto_decoder_destroy(l->dec);

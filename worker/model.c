@@ -52,6 +52,23 @@ int model_seq_begin(struct model *m, int slot, const uint32_t *prompt, uint32_t 
     return m->ops->seq_begin(m, slot, prompt, n, max_len, reuse);
 }
 
+int model_prefill_batch(struct model *m, const int *slots, const uint32_t *const *prompts,
+                        const uint32_t *ns, int count, float *logits, struct model_result *res)
+{
+    if (m->ops->prefill_batch)
+        return m->ops->prefill_batch(m, slots, prompts, ns, count, logits, res);
+    for (int i = 0; i < count; i++) {
+        m->error[0] = '\0';
+        res[i].status = m->ops->prefill(m, slots[i], prompts[i], ns[i],
+                                        logits + (size_t)i * m->n_vocab);
+        res[i].error[0] = '\0';
+        if (res[i].status < 0)
+            snprintf(res[i].error, sizeof(res[i].error), "%s",
+                     m->error[0] ? m->error : strerror(-res[i].status));
+    }
+    return count;
+}
+
 uint32_t model_cache_events(struct model *m, uint64_t *out, uint32_t cap, int *lost)
 {
     *lost = 0;

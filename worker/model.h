@@ -43,6 +43,10 @@ struct model_ops {
      * (try again after a sequence ends), or -ENOSPC with a message when it never would. */
     int (*seq_begin)(struct model *m, int slot, const uint32_t *prompt, uint32_t n,
                      uint32_t max_len, int reuse);
+    /* Optional (NULL: prefill one at a time): the prompts of count distinct slots in shared
+     * forward passes; logits is count rows; res[i] says how sequence i went. Returns count. */
+    int (*prefill_batch)(struct model *m, const int *slots, const uint32_t *const *prompts,
+                         const uint32_t *ns, int count, float *logits, struct model_result *res);
     /* Optional: moves up to cap KV-cache events (kv_cache_take_events) into out. */
     uint32_t (*cache_events)(struct model *m, uint64_t *out, uint32_t cap, int *lost);
     /* Optional: the KV cache's counts now. */
@@ -78,6 +82,9 @@ void model_seq_free(struct model *m, int slot);
 int model_seq_begin(struct model *m, int slot, const uint32_t *prompt, uint32_t n,
                     uint32_t max_len, int reuse);
 void model_destroy(struct model *m);
+/* ops->prefill_batch, or ops->prefill for each in turn. Returns count. */
+int model_prefill_batch(struct model *m, const int *slots, const uint32_t *const *prompts,
+                        const uint32_t *ns, int count, float *logits, struct model_result *res);
 /* 0 events for a model without a cache. */
 uint32_t model_cache_events(struct model *m, uint64_t *out, uint32_t cap, int *lost);
 /* Zeroes *st for a model without a cache. */

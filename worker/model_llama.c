@@ -416,55 +416,114 @@ static int llama_seq_begin(struct model *m, int slot, const uint32_t *prompt, ui
     return rc;
 }
 
-static int llama_prefill(struct model *m, int slot, const uint32_t *prompt, uint32_t n,
-                         float *logits)
+/* A prompt's checks before any work: the slot, its length and its tokens; then room in the
+ * cache (seq_begin, reusing what it can) unless the caller claimed it. */
+static int prefill_check(struct llama *L, int slot, const uint32_t *prompt, uint32_t n,
+                         char *err, size_t errlen)
 {
-    struct llama *L = (struct llama *)m;
     int rc;
 
-    if ((rc = check_slot(L, slot, m->error, sizeof(m->error))) < 0)
+    if ((rc = check_slot(L, slot, err, errlen)) < 0)
         return rc;
+    if (L->mark[slot] == L->stamp) {
+        model_llama_msg(err, errlen, "slot %d twice in one prefill", slot);
+        return -EINVAL;
+    }
     if (n == 0) {
-        model_llama_msg(m->error, sizeof(m->error), "empty prompt");
+        model_llama_msg(err, errlen, "empty prompt");
         return -EINVAL;
     }
     if (n > L->ctx) {
-        model_llama_msg(m->error, sizeof(m->error), "prompt of %u tokens exceeds the context of %u", n,
-            L->ctx);
+        model_llama_msg(err, errlen, "prompt of %u tokens exceeds the context of %u", n, L->ctx);
         return -ENOSPC;
     }
     for (uint32_t i = 0; i < n; i++) {
         if (prompt[i] >= (uint32_t)L->c.n_vocab) {
-            model_llama_msg(m->error, sizeof(m->error), "token %u out of range (vocabulary %d)", prompt[i],
-                L->c.n_vocab);
+            model_llama_msg(err, errlen, "token %u out of range (vocabulary %d)", prompt[i],
+                            L->c.n_vocab);
             return -EINVAL;
         }
     }
     if (!L->begun[slot]) { /* a caller that did not claim room: reuse what it can */
-        if ((rc = llama_seq_begin(m, slot, prompt, n, n, 1)) < 0) {
-            if (rc == -EAGAIN)
-                model_llama_msg(m->error, sizeof(m->error), "the KV cache has no room now");
+        if ((rc = llama_seq_begin(&L->base, slot, prompt, n, n, 1)) < 0) {
+            model_llama_msg(err, errlen, "%s",
+                            rc == -EAGAIN ? "the KV cache has no room now" : L->base.error);
             return rc;
         }
     }
     L->begun[slot] = 0;
-    for (uint32_t start = kv_cache_len(L->kvc, slot); start < n; start += MODEL_LLAMA_CHUNK) {
-        int rows = (int)(n - start < MODEL_LLAMA_CHUNK ? n - start : MODEL_LLAMA_CHUNK);
-        if (kv_cache_grow(L->kvc, slot, (uint32_t)rows) < 0) {
-            model_llama_msg(m->error, sizeof(m->error), "the KV cache is full");
-            return -ENOSPC;
-        }
-        for (int i = 0; i < rows; i++) {
-            L->row_tok[i] = prompt[start + (uint32_t)i];
-            L->row_slot[i] = slot;
-            L->row_pos[i] = (int)start + i;
-        }
-        forward(L, rows);
-        kv_cache_commit(L->kvc, slot, prompt + start, (uint32_t)rows);
-        if (start + (uint32_t)rows == n)
-            logits_rows(L, rows - 1, 1, logits);
-    }
+    L->mark[slot] = L->stamp;
     return 0;
+}
+
+/* The prompts of count sequences packed together, MODEL_LLAMA_CHUNK rows per forward pass
+ * (a pass holds the next rows of as many sequences as fit, each row attending to its own
+ * sequence); each sequence's logits after its last prompt token go to row i of logits. */
+static int llama_prefill_batch(struct model *m, const int *slots, const uint32_t *const *prompts,
+                               const uint32_t *ns, int count, float *logits,
+                               struct model_result *res)
+{
+    struct llama *L = (struct llama *)m;
+    int next = 0; /* the first sequence with rows left */
+
+    L->stamp++;
+    for (int i = 0; i < count; i++) {
+        res[i].error[0] = '\0';
+        res[i].status = prefill_check(L, slots[i], prompts[i], ns[i], res[i].error,
+                                      sizeof(res[i].error));
+    }
+    for (;;) {
+        int rows = 0, segs = 0;
+
+        while (next < count && (res[next].status < 0 ||
+                                kv_cache_len(L->kvc, slots[next]) >= ns[next]))
+            next++;
+        if (next == count)
+            break;
+        for (int i = next; i < count && rows < MODEL_LLAMA_CHUNK; i++) {
+            uint32_t at = kv_cache_len(L->kvc, slots[i]), len;
+            if (res[i].status < 0 || at >= ns[i])
+                continue;
+            len = ns[i] - at;
+            if (len > (uint32_t)(MODEL_LLAMA_CHUNK - rows))
+                len = (uint32_t)(MODEL_LLAMA_CHUNK - rows);
+            if (kv_cache_grow(L->kvc, slots[i], len) < 0) {
+                res[i].status = -ENOSPC;
+                model_llama_msg(res[i].error, sizeof(res[i].error), "the KV cache is full");
+                continue;
+            }
+            L->seg_seq[segs] = i;
+            L->seg_row[segs] = rows;
+            L->seg_len[segs++] = (int)len;
+            for (uint32_t r = 0; r < len; r++) {
+                L->row_tok[rows] = prompts[i][at + r];
+                L->row_slot[rows] = slots[i];
+                L->row_pos[rows++] = (int)(at + r);
+            }
+        }
+        if (rows == 0)
+            continue;
+        forward(L, rows);
+        for (int g = 0; g < segs; g++) {
+            int i = L->seg_seq[g];
+            uint32_t at = kv_cache_len(L->kvc, slots[i]);
+            kv_cache_commit(L->kvc, slots[i], prompts[i] + at, (uint32_t)L->seg_len[g]);
+            if (at + (uint32_t)L->seg_len[g] == ns[i])
+                logits_rows(L, L->seg_row[g] + L->seg_len[g] - 1, 1,
+                            logits + (size_t)i * L->c.n_vocab);
+        }
+    }
+    return count;
+}
+
+static int llama_prefill(struct model *m, int slot, const uint32_t *prompt, uint32_t n,
+                         float *logits)
+{
+    struct model_result r;
+    llama_prefill_batch(m, &slot, &prompt, &n, 1, logits, &r);
+    if (r.status < 0)
+        snprintf(m->error, sizeof(m->error), "%s", r.error);
+    return r.status;
 }
 
 static int llama_decode_batch(struct model *m, const int *slots, const uint32_t *tokens, int n,
@@ -573,6 +632,9 @@ void model_llama_free(struct model *m)
     free(L->row_slot);
     free(L->row_pos);
     free(L->row_of);
+    free(L->seg_seq);
+    free(L->seg_row);
+    free(L->seg_len);
     free(L->row_tok);
     free(L->kv_k);
     free(L->kv_v);
@@ -591,6 +653,7 @@ const struct model_ops model_llama_ops = {
     .decode_batch = llama_decode_batch,
     .seq_free = llama_seq_free,
     .seq_begin = llama_seq_begin,
+    .prefill_batch = llama_prefill_batch,
     .cache_stats = llama_cache_stats,
     .cache_events = llama_cache_events,
     .destroy = model_llama_free,

@@ -135,6 +135,7 @@ struct llama {
     void *act[MAX_MM_JOBS];
     size_t act_row;      /* bytes of one quantized activation row, the widest input */
     int *row_slot, *row_pos, *row_of;
+    int *seg_seq, *seg_row, *seg_len; /* (nb) a batched prefill pass: one run of rows each */
     uint32_t *row_tok;   /* (nb) */
 
     /* The pool run in progress. */

@@ -402,6 +402,9 @@ static int alloc_state(struct llama *L, uint32_t max_seq, char *err, size_t errl
     ALLOC(L->row_slot, nb);
     ALLOC(L->row_pos, nb);
     ALLOC(L->row_of, nb);
+    ALLOC(L->seg_seq, nb);
+    ALLOC(L->seg_row, nb);
+    ALLOC(L->seg_len, nb);
     ALLOC(L->row_tok, nb);
     for (int i = 0; i < MAX_MM_JOBS; i++)
         ok = ok && (L->act[i] = malloc(nb * L->act_row + 64)) != NULL;
