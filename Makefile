@@ -48,7 +48,7 @@ $(B)/obj/worker/kernels_avx512_ext.o: override CFLAGS += -mavx512f -mavx512bw -m
                                    -mavx512vnni -mavx2 -mfma -mf16c
 
 .PHONY: all bins tests benches test test-unit test-asan test-tsan test-openai test-oracle oracle \
-        test-webui bench run deps deps-test deps-browser fuzz fuzz-toolcall fuzz-http clean
+        test-webui bench run deps deps-test deps-browser fuzz fuzz-toolcall fuzz-http soak clean
 all: bins
 bins: $(BINS)
 tests: $(TESTS)
@@ -213,6 +213,12 @@ test-tsan:
 
 bench: bins benches
 	@set -e; for b in $(BENCHES); do echo "== $$b"; $(TEST_ENV) $$b; done
+
+# `make soak` (not in CI, not in make test): SOAK_SECONDS (1200) of mixed traffic with faults
+# and kills over 2 workers; nothing may be lost and the front's RSS and fds come back.
+SOAK_SECONDS ?= 1200
+soak: bins $(B)/tests/soak_front
+	$(TEST_ENV) SOAK_SECONDS=$(SOAK_SECONDS) $(B)/tests/soak_front
 
 # `make run` serves MODEL: by default models/stories260K.gguf, fetched from Hugging Face and
 # checked against its sha256 when missing (a short timeout: no network is fine), else
