@@ -129,7 +129,17 @@ test: deps-test
 	$(MAKE) test-openai
 	$(MAKE) test-oracle
 	$(MAKE) test-webui
+	$(MAKE) test-deploy
 	@echo "make test: all suites passed"
+
+# deploy/: the Kubernetes manifests against the API schemas (kubernetes-models, pinned in
+# tests/deploy/package-lock.json), and nginx and haproxy in front of two kiln instances.
+.PHONY: test-deploy
+test-deploy: bins
+	@if ! command -v node >/dev/null || ! command -v npm >/dev/null; then \
+	  echo "test-deploy: skipped (node and npm are not installed)"; exit 0; fi; \
+	cd tests/deploy && (npm ci --no-audit --no-fund >/dev/null 2>&1 || \
+	  npm install --no-audit --no-fund) && $(TEST_ENV) node --test
 
 test-unit: bins tests
 	@$(call run_tests,$(TESTS))
@@ -259,7 +269,7 @@ $(STORIES):
 # at all; without them the page is built with plain-text answers.
 DEBS      = build-essential pkg-config libevent-dev libmsgpack-dev liburing-dev \
             libjansson-dev libpcre2-dev libcurl4-openssl-dev zlib1g-dev curl
-TEST_DEBS = libcmocka-dev prometheus systemd
+TEST_DEBS = libcmocka-dev prometheus systemd nginx-light haproxy
 deps-test: override DEBS += $(TEST_DEBS)
 deps deps-test:
 	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
