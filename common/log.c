@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -14,6 +15,9 @@
  * forks), read-only afterwards. The one piece of global state this module needs. */
 static char log_role[32] = "kiln";
 static enum log_level log_min = LOG_LEVEL_INFO;
+static int log_json;
+
+static void log_write_all(const char *buf, size_t len);
 
 static const char *const log_level_names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
 
@@ -22,6 +26,52 @@ void log_init(const char *role, enum log_level level)
     if (role != NULL)
         snprintf(log_role, sizeof(log_role), "%s", role);
     log_min = level;
+    const char *fmt = getenv("KILN_LOG_FORMAT");
+    if (fmt && strcmp(fmt, "json") == 0)
+        log_json = 1;
+}
+
+void log_set_json(int on)
+{
+    log_json = on;
+}
+
+/* Append s to out (at *off, cap bytes) as the inside of a JSON string. */
+static void json_escape(char *out, size_t cap, size_t *off, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (; *s && *off + 7 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            out[(*off)++] = '\\';
+            out[(*off)++] = (char)c;
+        } else if (c < 0x20) {
+            memcpy(out + *off, "\\u00", 4);
+            out[*off + 4] = hex[c >> 4];
+            out[*off + 5] = hex[c & 15];
+            *off += 6;
+        } else {
+            out[(*off)++] = (char)c;
+        }
+    }
+}
+
+/* The JSON line of a message already formatted in text (its timestamp in stamp). */
+static void log_write_json(enum log_level level, const char *stamp, const char *msg)
+{
+    static const char *const names[] = {"debug", "info", "warn", "error"};
+    char out[3 * 1024];
+    size_t off = 0;
+    int n = snprintf(out, sizeof(out), "{\"time\":\"%s\",\"pid\":%ld,\"role\":\"", stamp,
+                     (long)getpid());
+    off = n > 0 ? (size_t)n : 0;
+    json_escape(out, sizeof(out), &off, log_role);
+    n = snprintf(out + off, sizeof(out) - off, "\",\"level\":\"%s\",\"msg\":\"", names[level]);
+    off += n > 0 ? (size_t)n : 0;
+    json_escape(out, sizeof(out) - 3, &off, msg);
+    memcpy(out + off, "\"}\n", 3);
+    off += 3;
+    log_write_all(out, off);
 }
 
 /* Writes all of buf, retrying on EINTR and short writes; errors are dropped (there is no
@@ -86,6 +136,22 @@ void log_write(enum log_level level, const char *fmt, ...)
         return;
     }
     gmtime_r(&ts.tv_sec, &tm);
+    if (log_json) {
+        char stamp[40], msg[1024];
+        size_t so = strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(stamp + so, sizeof(stamp) - so, ".%03ldZ", ts.tv_nsec / 1000000);
+        va_list aj;
+        va_start(aj, fmt);
+        n = vsnprintf(msg, sizeof(msg) - sizeof(note), fmt, aj);
+        va_end(aj);
+        size_t ml = n < 0 ? 0 : strlen(msg);
+        while (ml > 0 && msg[ml - 1] == '\n')
+            msg[--ml] = '\0';
+        snprintf(msg + ml, sizeof(msg) - ml, "%s", note);
+        log_write_json(level, stamp, msg);
+        errno = saved_errno;
+        return;
+    }
     off = strftime(line, sizeof(line), "%Y-%m-%dT%H:%M:%S", &tm);
     n = snprintf(line + off, sizeof(line) - off, ".%03ldZ kiln[%ld] %s: %s ",
                  ts.tv_nsec / 1000000, (long)getpid(), log_role, log_level_names[level]);

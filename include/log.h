@@ -7,6 +7,11 @@ enum log_level { LOG_LEVEL_DEBUG, LOG_LEVEL_INFO, LOG_LEVEL_WARN, LOG_LEVEL_ERRO
 /* role: "kiln" or "worker 1"; copied. level: lines below it are dropped. */
 void log_init(const char *role, enum log_level level);
 
+/* One JSON object a line ({"time", "pid", "role", "level", "msg"}) instead of text, for
+ * journald, Loki or Elastic. log_init() turns it on when $KILN_LOG_FORMAT is "json", which
+ * the front sets for --log-format json before its workers start, so theirs match. */
+void log_set_json(int on);
+
 void log_write(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define log_debug(...) log_write(LOG_LEVEL_DEBUG, __VA_ARGS__)

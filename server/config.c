@@ -65,6 +65,8 @@ static const struct opt opts[] = {
      "the markup the model writes tool calls in: hermes, llama3, mistral, granite, "
      "deepseek-r1, functionary, any (every one but functionary's) or none"},
     {"log-level", OPT_LEVEL, F(log_level), 0, 0, "info", "debug, info, warn or error"},
+    {"log-format", OPT_STR, F(log_format), 0, 0, "text",
+     "text, or json: one JSON object a line (time, pid, role, level, msg), the workers' too"},
     {"watchdog-ms", OPT_U32, F(watchdog_ms), 0, 86400000, "10000",
      "kill a worker that has work but makes no progress for this long (0: never)"},
     {"drain-ms", OPT_U32, F(drain_ms), 0, 86400000, "30000",
@@ -326,6 +328,10 @@ int config_parse(struct kiln_config *c, int argc, char **argv, char *err, size_t
     }
     if (!c->model || !*c->model) {
         snprintf(err, errlen, "--model is required");
+        return -EINVAL;
+    }
+    if (strcmp(c->log_format, "text") != 0 && strcmp(c->log_format, "json") != 0) {
+        snprintf(err, errlen, "--log-format: '%s' is not text or json", c->log_format);
         return -EINVAL;
     }
     if (!*c->host) {

@@ -45,6 +45,7 @@ struct kiln_config {
     const char *chat_template;  /* NULL: detect from the model */
     const char *tool_call_format; /* NULL: detect from the model's template */
     enum log_level log_level;
+    const char *log_format;     /* "text" or "json" */
     /* the API's keys and limits */
     struct config_strs api_keys;   /* --api-key, repeatable */
     const char *api_key_file;      /* NULL: none */

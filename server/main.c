@@ -198,6 +198,8 @@ int main(int argc, char **argv)
         config_usage(stdout, "kiln");
         return 0;
     }
+    /* the workers read it from the environment they inherit */
+    setenv("KILN_LOG_FORMAT", cfg.log_format, 1);
     log_init("kiln", cfg.log_level);
     if (sdnotify_init() < 0) /* before any worker starts: they must not inherit it */
         log_warn("NOTIFY_SOCKET is not an absolute path or @abstract name; not notifying");
