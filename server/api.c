@@ -2,6 +2,7 @@
  * field is a 400 naming it), encode the prompt, and shape every answer (whole replies, stream
  * chunks, errors, /v1/models, /health). The request's life after admission is request.c's. */
 #include "api.h"
+#include "request_id.h"
 #include "api_tokenize.h"
 
 #include <errno.h>
@@ -572,7 +573,10 @@ void api_handle(struct evhttp_request *http, void *arg)
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(http);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
     enum evhttp_cmd_type method = evhttp_request_get_command(http);
+    char rid[REQUEST_ID_MAX + 1];
 
+    /* every answer (errors and streams too) names the request: the client's id or ours */
+    request_id_assign(http, f->id_salt, ++f->n_http_requests, rid, sizeof(rid));
     if (!evhttp_request_get_uri(http) || !path) {
         /* libevent calls back without a URI when reading the request failed; it set the
          * status (413 for a body over the limit) */

@@ -53,6 +53,7 @@ struct front {
     struct ratelimit *ratelimit; /* NULL: --rate-limit 0 (off) */
     struct metrics metrics;
     uint32_t n_active;           /* HTTP generation requests admitted and not yet over */
+    uint64_t n_http_requests;    /* every HTTP request: the seed of made X-Request-Ids */
 };
 
 /* Set up f's API keys (cfg's --api-key flags, --api-key-file, KILN_API_KEYS, --metrics-key),
