@@ -259,8 +259,12 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     if (d == DEADLINE_KEEPALIVE) {
         if (http_guard_in_request(&f->guard))
             return deadline_set(f, DEADLINE_HEADER);
-        if (!evhttp_reading(f) || evbuffer_get_length(bufferevent_get_output(f->bev)) > 0)
-            return; /* still answering (a stream between two tokens): the next write re-arms */
+        /* still answering: an answer being written, or a stream waiting for its next token
+         * (http_filter_hold_eof stopped reading the socket until it ends); the next write
+         * re-arms */
+        if (!evhttp_reading(f) || evbuffer_get_length(bufferevent_get_output(f->bev)) > 0 ||
+            !(bufferevent_get_enabled(f->under) & EV_READ))
+            return;
         metrics_count_dropped(m, METRICS_DROP_KEEPALIVE_TIMEOUT);
         return finish(f); /* f is gone */
     }

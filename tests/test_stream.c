@@ -236,6 +236,26 @@ static void test_stream_keep_alive_after_streams(void **state)
     http_conn_close(c);
 }
 
+/* A stream whose tokens come slower than --keepalive-timeout-ms (a long prefill before the
+ * first token, a slow model between two) is an answer under way, not an idle keep-alive
+ * connection: it runs to its end. The keep-alive deadline used to drop it once the headers
+ * had gone out, leaving the client an empty stream. */
+static void test_stream_slower_than_the_keepalive_timeout_completes(void **state)
+{
+    static const char *args[] = {"--model",           "mock", "--mock-delay-ms", "400",
+                                 "--keepalive-timeout-ms", "150",  "--mock-reply", "abc",
+                                 NULL};
+    struct front_stream s;
+    assert_int_equal(start_with(state, args), 0);
+    assert_int_equal(front_stream_collect(kiln_port(*state), "/v1/completions",
+                                          "{\"prompt\":\"x\",\"stream\":true}", &s, 20000),
+                     0);
+    assert_int_equal(s.status, 200);
+    assert_false(s.error_event);
+    assert_true(s.done);
+    assert_string_equal(s.text, "abc");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -249,6 +269,8 @@ int main(void)
                                         setup_one_slow_slot, teardown),
         cmocka_unit_test_setup_teardown(test_stream_keep_alive_after_streams, setup_two_workers,
                                         teardown),
+        cmocka_unit_test_teardown(test_stream_slower_than_the_keepalive_timeout_completes,
+                                  teardown),
     };
     return cmocka_run_group_tests_name("stream", tests, NULL, NULL);
 }
