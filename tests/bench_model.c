@@ -13,10 +13,18 @@
  * with other work, CPU time (with KILN_THREADS=1) measures the kernels' cost more steadily.
  * Where the pinned node-llama-cpp is installed (tests/reference/node_modules, or the
  * node_modules directory env KILN_LLAMA_MODULES names), each model also runs through
- * llama.cpp (tests/reference/bench_llama.mjs: the last prompt length, decode at batch 1,
- * same threads) and the kiln/llama.cpp ratios are printed in the same run, by wall clock and
- * by process CPU time (llama.cpp's CPU / kiln's: above 1 is kiln cheaper; with
- * KILN_THREADS=1 the steadier measure on a shared machine). */
+ * llama.cpp (tests/reference/bench_llama.mjs: the last prompt length, decode at batch 1 and
+ * aggregate decode at the batch sizes above 1 among 8 and 16, as B sequences of one context
+ * that node-llama-cpp gathers into one llama_decode per step; same threads) and the
+ * kiln/llama.cpp ratios are printed in the same run, by wall clock and by process CPU time
+ * (llama.cpp's CPU / kiln's: above 1 is kiln cheaper; with KILN_THREADS=1 the steadier
+ * measure on a shared machine). kiln and llama.cpp alternate, KILN_BENCH_ROUNDS times (default
+ * 2) per model, and the ratios take each side's best. Without node (or the package) the
+ * llama.cpp part is skipped with a message.
+ * The prefill line also states the fraction of the machine's peak int8 multiply-add rate it
+ * reaches: matrix multiply-adds per token (the layers' weights; attention and the output
+ * matrix left out) times tok/s, over the rate independent chains of the kernel path's dot
+ * instruction reach (bench_peak_int8) times the threads. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -66,54 +74,96 @@ static void fill_prompt(uint32_t *p, uint32_t n, uint32_t n_vocab, uint32_t salt
         p[i] = 300u + (i * 7919u + salt * 104729u) % (n_vocab - 300u);
 }
 
-/* llama.cpp on the same file through tests/reference/bench_llama.mjs; prints the line and
- * the ratios. Skipped (with a note) when the reference is not installed. */
-static void bench_llama(const char *path, int plen, int steps, int threads, double kiln_prompt,
-                        double kiln_decode, double kiln_pcpu, double kiln_dcpu)
+/* One side's figures for one model: prompt tok/s and CPU ms, decode tok/s (batch 1, 8, 16)
+ * and CPU ms per step at batch 1; 0 where not measured. */
+struct figs {
+    double prompt, pcpu, d1, dcpu, d8, d16;
+};
+
+static void figs_best(struct figs *best, const struct figs *f)
+{
+    if (f->prompt > best->prompt) {
+        best->prompt = f->prompt;
+        best->pcpu = f->pcpu;
+    }
+    if (f->d1 > best->d1) {
+        best->d1 = f->d1;
+        best->dcpu = f->dcpu;
+    }
+    if (f->d8 > best->d8)
+        best->d8 = f->d8;
+    if (f->d16 > best->d16)
+        best->d16 = f->d16;
+}
+
+/* llama.cpp on the same file through tests/reference/bench_llama.mjs; prints its line and
+ * fills *f. 0, or -1 when the reference cannot run (said once). */
+static int bench_llama(const char *path, int plen, int steps, int threads, const char *bl,
+                       struct figs *f)
 {
     const char *mods = getenv("KILN_LLAMA_MODULES");
     char probe[600], cmd[1400], line[256];
     struct stat st;
-    double p = 0.0, d = 0.0, pc = 0.0, dc = 0.0;
+    double p = 0.0, d = 0.0, pc = 0.0, dc = 0.0, bd, bc;
+    int b;
 
+    memset(f, 0, sizeof(*f));
+    if (system("command -v node >/dev/null 2>&1") != 0) {
+        printf("  llama.cpp: skipped (node is not installed)\n");
+        return -1;
+    }
     snprintf(probe, sizeof(probe), "%s/node-llama-cpp/package.json",
              mods ? mods : "tests/reference/node_modules");
     if (stat(probe, &st) < 0) {
-        printf("  llama.cpp: not installed (npm i -E node-llama-cpp@3.21.1 in tests/reference, "
+        printf("  llama.cpp: skipped, not installed (cd tests/reference && npm ci, "
                "or KILN_LLAMA_MODULES=DIR/node_modules)\n");
-        return;
+        return -1;
     }
-    snprintf(cmd, sizeof(cmd), "node tests/reference/bench_llama.mjs '%s' %d %d %d 2>&1", path,
-             plen, steps, threads);
-    FILE *f = popen(cmd, "r");
-    if (!f) {
+    snprintf(cmd, sizeof(cmd), "node tests/reference/bench_llama.mjs '%s' %d %d %d '%s' 4 2>&1",
+             path, plen, steps, threads, bl);
+    FILE *fp = popen(cmd, "r");
+    if (!fp) {
         printf("  llama.cpp: cannot run node\n");
-        return;
+        return -1;
     }
     int found = 0;
-    while (fgets(line, sizeof(line), f)) {
+    while (fgets(line, sizeof(line), fp)) {
         if (sscanf(line, "llama.cpp prompt %lf tok/s decode %lf tok/s cpu %lf ms %lf", &p, &d,
-                   &pc, &dc) == 4)
+                   &pc, &dc) == 4) {
             found = 1;
-        else if (!found)
+            printf("  llama.cpp (node-llama-cpp 3.21.1): prompt %d tokens %.1f tok/s (%.0f CPU "
+                   "ms), decode batch 1 %.1f tok/s (%.1f CPU ms/step)\n", plen, p, pc, d, dc);
+        } else if (sscanf(line, "llama.cpp batch %d decode %lf tok/s cpu %lf", &b, &bd,
+                          &bc) == 3) {
+            printf("  llama.cpp decode batch %2d: %8.1f tok/s (%d sequences of one context, "
+                   "%.1f CPU ms/step)\n", b, bd, b, bc);
+            if (b == 8)
+                f->d8 = bd;
+            else if (b == 16)
+                f->d16 = bd;
+        } else {
             printf("  llama.cpp: %s", line);
+        }
     }
-    pclose(f);
+    pclose(fp);
     if (!found || p <= 0.0 || d <= 0.0)
-        return;
-    printf("  llama.cpp (node-llama-cpp 3.21.1): prompt %d tokens %.1f tok/s (%.0f CPU ms), "
-           "decode batch 1 %.1f tok/s (%.1f CPU ms/step)\n", plen, p, pc, d, dc);
-    if (kiln_prompt > 0.0 && kiln_decode > 0.0)
-        printf("  kiln / llama.cpp: prompt %.2fx, decode batch 1 %.2fx; by CPU time: prompt "
-               "%.2fx, decode %.2fx\n", kiln_prompt / p, kiln_decode / d,
-               kiln_pcpu > 0.0 ? pc / kiln_pcpu : 0.0, kiln_dcpu > 0.0 ? dc / kiln_dcpu : 0.0);
+        return -1;
+    f->prompt = p;
+    f->pcpu = pc;
+    f->d1 = d;
+    f->dcpu = dc;
+    return 0;
 }
 
-static void bench_one(const char *path, int threads, double bw)
+/* kiln on the model; prints its lines and fills *f (and *plen_out, *steps_out: the last
+ * prompt length and the batch-1 steps, for llama.cpp to run the same). */
+static void bench_one(const char *path, int threads, double bw, double peak, double macs,
+                      struct figs *f, int *plen_out, int *steps_out)
 {
     struct model_llama_opts o = {.max_sequences = 16, .ctx = 1024, .threads = threads,
                                  .quiet = 1};
     char err[256];
+    memset(f, 0, sizeof(*f));
     struct model *m = model_llama_create(path, &o, err, sizeof(err));
     if (!m) {
         printf("  %s: %s\n", path, err);
@@ -123,9 +173,7 @@ static void bench_one(const char *path, int threads, double bw)
     float *lg = malloc((size_t)16 * nv * sizeof(float));
     struct model_result res[16];
     int slots[16];
-    double wb = (double)model_llama_weight_bytes(m), b1 = 0.0, last_ptps = 0.0, last_pcpu = 0.0;
-    double b1_cpu = 0.0;
-    int last_plen = 128, b1_steps = 8;
+    double wb = (double)model_llama_weight_bytes(m), b1 = 0.0;
 
     printf("%s: %.0f MiB of weights per token, %d threads, %s kernels\n", m->name,
            wb / (1 << 20), threads, kern_ops_select()->name);
@@ -143,11 +191,16 @@ static void bench_one(const char *path, int threads, double bw)
             break;
         }
         double dt = bench_now() - t0, dcpu = cpu_now() - c0;
-        printf("  prompt %3d tokens: %8.1f tok/s (%.2f s, %.0f CPU ms)\n", plen[i], plen[i] / dt,
+        printf("  prompt %3d tokens: %8.1f tok/s (%.2f s, %.0f CPU ms)", plen[i], plen[i] / dt,
                dt, dcpu * 1e3);
-        last_plen = plen[i];
-        last_ptps = plen[i] / dt;
-        last_pcpu = dcpu * 1e3;
+        if (peak > 0.0 && macs > 0.0)
+            printf("; %.0f%% of peak int8 (%.0f of %.0f GMAC/s)",
+                   100.0 * plen[i] / dt * macs / (peak * 1e9 * threads),
+                   plen[i] / dt * macs / 1e9, peak * threads);
+        printf("\n");
+        *plen_out = plen[i];
+        f->prompt = plen[i] / dt;
+        f->pcpu = dcpu * 1e3;
         model_seq_free(m, 0);
     }
     for (int bi = 0; bi < n_batches; bi++) {
@@ -175,8 +228,13 @@ static void bench_one(const char *path, int threads, double bw)
                b * steps / dt, dt / steps * 1e3, dc / steps * 1e3);
         if (b == 1) {
             b1 = steps / dt;
-            b1_steps = steps;
-            b1_cpu = dc / steps * 1e3;
+            *steps_out = steps;
+            f->d1 = b1;
+            f->dcpu = dc / steps * 1e3;
+        } else if (b == 8) {
+            f->d8 = b * steps / dt;
+        } else if (b == 16) {
+            f->d16 = b * steps / dt;
         }
         for (int s = 0; s < b; s++)
             model_seq_free(m, s);
@@ -188,7 +246,46 @@ static void bench_one(const char *path, int threads, double bw)
     printf("\n");
     free(lg);
     model_destroy(m);
-    bench_llama(path, last_plen, b1_steps, threads, last_ptps, b1, last_pcpu, b1_cpu);
+}
+
+static double ratio(double k, double l)
+{
+    return k > 0.0 && l > 0.0 ? k / l : 0.0;
+}
+
+/* kiln and llama.cpp alternately, rounds times, then the ratios of each side's best. */
+static void bench_pair(const char *path, int threads, double bw, double peak, double macs)
+{
+    const char *r = getenv("KILN_BENCH_ROUNDS");
+    int rounds = r && atoi(r) > 0 ? atoi(r) : 2, plen = 128, steps = 8, have = 0;
+    struct figs kb = {0}, lb = {0}, f;
+    char bl[32] = "";
+
+    static const int def_batches[] = {1, 4, 8, 16};
+    int batches[8], nb = env_list("KILN_BENCH_BATCHES", def_batches, 4, batches, 8);
+    for (int i = 0; i < nb; i++)
+        if (batches[i] == 8 || batches[i] == 16)
+            snprintf(bl + strlen(bl), sizeof(bl) - strlen(bl), "%s%d", *bl ? "," : "",
+                     batches[i]);
+    for (int i = 0; i < rounds; i++) {
+        if (rounds > 1)
+            printf(" round %d of %d\n", i + 1, rounds);
+        bench_one(path, threads, bw, peak, macs, &f, &plen, &steps);
+        figs_best(&kb, &f);
+        fflush(stdout);
+        if (bench_llama(path, plen, steps, threads, bl, &f) < 0)
+            break;
+        have = 1;
+        figs_best(&lb, &f);
+        fflush(stdout);
+    }
+    if (!have)
+        return;
+    printf("  kiln / llama.cpp (best of %d alternating rounds): prompt %d tokens %.2fx, decode "
+           "batch 1 %.2fx, batch 8 %.2fx, batch 16 %.2fx; by CPU time: prompt %.2fx, decode "
+           "batch 1 %.2fx\n", rounds, plen, ratio(kb.prompt, lb.prompt), ratio(kb.d1, lb.d1),
+           ratio(kb.d8, lb.d8), ratio(kb.d16, lb.d16), ratio(lb.pcpu, kb.pcpu),
+           ratio(lb.dcpu, kb.dcpu));
 }
 
 int main(void)
@@ -227,6 +324,10 @@ int main(void)
     }
     double bw = bench_read_bandwidth();
     printf("memory read bandwidth: %.1f GB/s (one thread, plain loop)\n", bw);
+    double peak = bench_peak_int8(kern_ops_select()->name);
+    if (peak > 0.0)
+        printf("peak int8 multiply-adds: %.1f GMAC/s per thread (%s path's dot instructions, "
+               "independent chains)\n", peak, kern_ops_select()->name);
     for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
         struct stat st;
         if (pick && !strstr(pick, models[i].name))
@@ -248,7 +349,14 @@ int main(void)
                 return 1;
             }
         }
-        bench_one(path, threads > 0 ? threads : 1, bw);
+        struct model_gen_opts g = {0};
+        (void)model_gen_preset(&g, models[i].preset);
+        if (models[i].layers)
+            g.layers = models[i].layers;
+        int hd = g.head_dim ? g.head_dim : g.dim / g.heads;
+        double macs = (double)g.layers * ((double)g.dim * hd * (2 * g.heads + 2 * g.kv_heads) +
+                                          3.0 * g.dim * g.ffn);
+        bench_pair(path, threads > 0 ? threads : 1, bw, peak, macs);
         fflush(stdout);
     }
     return 0;
