@@ -148,6 +148,9 @@ static AI void tile_q4_0(const struct quant_block_q4_0 *w, const char *x, size_t
         y[k * ys] = hsum8(_mm256_add_ps(acc0[k], acc1[k]));
 }
 
+/* Sub-block by sub-block, each (weights, scales) pair used by all S sequences before the next
+ * is decoded, so the tile fits AVX2's 16 registers (decoding all eight sub-blocks first,
+ * then running the sequences, spilled them). Integer sums: the same bits in either order. */
 static AI void tile_q4_k(const struct quant_block_q4_k *w, const char *x, size_t xs, int nb,
                          const int S, float *y, size_t ys)
 {
@@ -159,33 +162,38 @@ static AI void tile_q4_k(const struct quant_block_q4_k *w, const char *x, size_t
     for (int i = 0; i < nb; i++) {
         __m128i sc16, m16;
         q4_k_scales(w[i].scales, &sc16, &m16);
-        __m256i sc2 = _mm256_broadcastsi128_si256(sc16);
-        __m256i q[8], scv[8];
+        __m256i sc2 = _mm256_broadcastsi128_si256(sc16), isum[4];
+        const struct quant_block_q8_k *a[4];
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++) {
+            isum[k] = _mm256_setzero_si256();
+            a[k] = (const struct quant_block_q8_k *)(x + k * xs) + i;
+        }
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < 4; c++) {
             __m256i raw = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * c));
-            q[2 * c] = _mm256_and_si256(raw, low4);
-            q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+            __m256i q0 = _mm256_and_si256(raw, low4);
+            __m256i q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+            __m256i s0 = bcast16(sc2, 2 * c, 2 * c), s1 = bcast16(sc2, 2 * c + 1, 2 * c + 1);
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < S; k++) {
+                __m256i x0 = _mm256_loadu_si256((const __m256i *)(a[k]->qs + 64 * c));
+                __m256i x1 = _mm256_loadu_si256((const __m256i *)(a[k]->qs + 64 * c + 32));
+                __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q0, x0), s0);
+                __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(q1, x1), s1);
+                isum[k] = _mm256_add_epi32(isum[k], _mm256_add_epi32(p0, p1));
+            }
         }
-        _Pragma("GCC unroll 8")
-        for (int j = 0; j < 8; j++)
-            scv[j] = bcast16(sc2, j, j);
         /* bsums k covers 16 elements; sub-block j is bsums 2j and 2j+1 */
         __m256i mv = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
         float d = f16(w[i].d), dmin = f16(w[i].dmin);
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
-            const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
-            __m256i isum = _mm256_setzero_si256();
-            _Pragma("GCC unroll 8")
-            for (int j = 0; j < 8; j++) {
-                __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * j));
-                __m256i p = _mm256_maddubs_epi16(q[j], qx);
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scv[j]));
-            }
-            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+            __m256i bs = _mm256_loadu_si256((const __m256i *)a[k]->bsums);
             __m256 ms = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mv));
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(isum), acc[k]);
-            acc[k] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * a->d), ms, acc[k]);
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * a[k]->d), _mm256_cvtepi32_ps(isum[k]),
+                                     acc[k]);
+            acc[k] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * a[k]->d), ms, acc[k]);
         }
     }
     _Pragma("GCC unroll 4")
@@ -193,6 +201,8 @@ static AI void tile_q4_k(const struct quant_block_q4_k *w, const char *x, size_t
         y[k * ys] = hsum8(acc[k]);
 }
 
+/* As tile_q4_k: each 32-weight vector (two 16-element sub-blocks) and its scales are
+ * decoded once and used by all S sequences before the next, within AVX2's 16 registers. */
 static AI void tile_q6_k(const struct quant_block_q6_k *w, const char *x, size_t xs, int nb,
                          const int S, float *y, size_t ys)
 {
@@ -202,45 +212,47 @@ static AI void tile_q6_k(const struct quant_block_q6_k *w, const char *x, size_t
     for (int k = 0; k < S; k++)
         acc[k] = _mm256_setzero_ps();
     for (int i = 0; i < nb; i++) {
-        __m256i q[8], scv[8];
+        /* vector v holds sub-blocks 2v (int16 lanes 0-7) and 2v+1 (lanes 8-15) */
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
+        __m256i isum[4];
+        const struct quant_block_q8_k *a[4];
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++) {
+            a[k] = (const struct quant_block_q8_k *)(x + k * xs) + i;
+            /* q was stored +32: start from -32 * sum_k sc_k * bsum_k */
+            __m256i bs = _mm256_loadu_si256((const __m256i *)a[k]->bsums);
+            isum[k] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                       _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5));
+        }
+        _Pragma("GCC unroll 2")
         for (int h = 0; h < 2; h++) {
+            __m256i half = _mm256_permute2x128_si256(sc16, sc16, h ? 0x11 : 0x00);
             __m256i l0 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h));
             __m256i l1 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h + 32));
             __m256i qh = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));
-            q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, low4),
-                                           _mm256_and_si256(_mm256_slli_epi16(qh, 4), hi2));
-            q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
-                                           _mm256_and_si256(_mm256_slli_epi16(qh, 2), hi2));
-            q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                                           _mm256_and_si256(qh, hi2));
-            q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2));
-        }
-        /* vector v holds sub-blocks 2v (int16 lanes 0-7) and 2v+1 (lanes 8-15) */
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
-        __m256i lo = _mm256_permute2x128_si256(sc16, sc16, 0x00);
-        __m256i hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
-        for (int v = 0; v < 4; v++) {
-            scv[v] = bcast16(lo, 2 * v, 2 * v + 1);
-            scv[v + 4] = bcast16(hi, 2 * v, 2 * v + 1);
+            _Pragma("GCC unroll 4")
+            for (int v = 0; v < 4; v++) {
+                __m256i l = v & 1 ? l1 : l0;
+                __m256i lo = v < 2 ? _mm256_and_si256(l, low4)
+                                   : _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
+                __m256i hb = v == 0 ? _mm256_slli_epi16(qh, 4)
+                           : v == 1 ? _mm256_slli_epi16(qh, 2)
+                           : v == 2 ? qh : _mm256_srli_epi16(qh, 2);
+                __m256i q = _mm256_or_si256(lo, _mm256_and_si256(hb, hi2));
+                __m256i scv = bcast16(half, 2 * v, 2 * v + 1);
+                _Pragma("GCC unroll 4")
+                for (int k = 0; k < S; k++) {
+                    __m256i qx = _mm256_loadu_si256((const __m256i *)(a[k]->qs + 128 * h + 32 * v));
+                    __m256i p = _mm256_maddubs_epi16(q, qx);
+                    isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(p, scv));
+                }
+            }
         }
         float d = f16(w[i].d);
         _Pragma("GCC unroll 4")
-        for (int k = 0; k < S; k++) {
-            const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
-            __m256i isum = _mm256_setzero_si256();
-            _Pragma("GCC unroll 8")
-            for (int v = 0; v < 8; v++) {
-                __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * v));
-                __m256i p = _mm256_maddubs_epi16(q[v], qx);
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scv[v]));
-            }
-            /* q was stored +32: subtract 32 * sum_k sc_k * bsum_k */
-            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
-            __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5);
-            isum = _mm256_sub_epi32(isum, off);
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(isum), acc[k]);
-        }
+        for (int k = 0; k < S; k++)
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * a[k]->d), _mm256_cvtepi32_ps(isum[k]),
+                                     acc[k]);
     }
     _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
