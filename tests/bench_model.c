@@ -3,8 +3,9 @@
  * memory read bandwidth with the batch-1 limit it implies (bandwidth / weight bytes per
  * token) and the fraction of it batch 1 achieves. One model per tensor type (the types
  * beyond Q8_0/Q4_K on TinyLlama's shape cut to 8 layers, 2048 wide: still far more weights
- * than cache) and a Qwen2.5-0.5B-shaped Q4_K_M file (llama.cpp's preset, with its Q5_0/Q8_0
- * fallbacks). Models are generated once into $KILN_BIN_DIR/bench-models and reused.
+ * than cache), SmolLM- and TinyLlama-shaped Q4_K_M files and a Qwen2.5-0.5B-shaped one
+ * (llama.cpp's preset: Q4_K with Q6_K for some matrices, and Qwen's Q5_0/Q8_0 fallbacks).
+ * Models are generated once into $KILN_BIN_DIR/bench-models and reused.
  * KILN_BENCH_MODELS=smollm-q8_0,... picks a subset; KILN_THREADS sets the threads;
  * KILN_BENCH_PROMPTS=128,512 and KILN_BENCH_BATCHES=1,4,8,16 pick the runs (empty: none),
  * KILN_BENCH_STEPS the decode steps timed per batch size (default 8 at batch 1, else 4), best
@@ -306,6 +307,8 @@ int main(void)
         {"smollm-q8_0", "smollm", gpt2, GGML_TYPE_Q8_0, 0, NULL, NULL},
         {"tinyllama-q8_0", "tinyllama", spm, GGML_TYPE_Q8_0, 0, NULL, NULL},
         {"tinyllama-q4_k", "tinyllama", spm, GGML_TYPE_Q4_K, 0, NULL, NULL},
+        {"smollm-q4_k_m", "smollm", gpt2, GGML_TYPE_Q8_0, 0, "Q4_K_M", NULL},
+        {"tinyllama-q4_k_m", "tinyllama", spm, GGML_TYPE_Q8_0, 0, "Q4_K_M", NULL},
         {"tl8-q4_1", "tinyllama", spm, GGML_TYPE_Q4_1, 8, NULL, NULL},
         {"tl8-q5_0", "tinyllama", spm, GGML_TYPE_Q5_0, 8, NULL, NULL},
         {"tl8-q5_1", "tinyllama", spm, GGML_TYPE_Q5_1, 8, NULL, NULL},
