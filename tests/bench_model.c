@@ -23,9 +23,10 @@
  * 2) per model, and the ratios take each side's best. Without node (or the package) the
  * llama.cpp part is skipped with a message.
  * The prefill line also states the fraction of the machine's peak int8 multiply-add rate it
- * reaches: matrix multiply-adds per token (the layers' weights; attention and the output
- * matrix left out) times tok/s, over the rate independent chains of the kernel path's dot
- * instruction reach (bench_peak_int8) times the threads. */
+ * reaches, both by CPU time so that other work on the machine does not move it: matrix
+ * multiply-adds per token (the layers' weights; attention and the output matrix left out)
+ * times the tokens over the prefill's process CPU seconds, against the rate independent
+ * chains of the kernel path's dot instruction reach per CPU second (bench_peak_int8). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -194,10 +195,10 @@ static void bench_one(const char *path, int threads, double bw, double peak, dou
         double dt = bench_now() - t0, dcpu = cpu_now() - c0;
         printf("  prompt %3d tokens: %8.1f tok/s (%.2f s, %.0f CPU ms)", plen[i], plen[i] / dt,
                dt, dcpu * 1e3);
-        if (peak > 0.0 && macs > 0.0)
-            printf("; %.0f%% of peak int8 (%.0f of %.0f GMAC/s)",
-                   100.0 * plen[i] / dt * macs / (peak * 1e9 * threads),
-                   plen[i] / dt * macs / 1e9, peak * threads);
+        if (peak > 0.0 && macs > 0.0 && dcpu > 0.0)
+            printf("; by CPU time %.0f%% of peak int8 (%.1f of %.1f GMAC/s per CPU second)",
+                   100.0 * plen[i] * macs / dcpu / (peak * 1e9), plen[i] * macs / dcpu / 1e9,
+                   peak);
         printf("\n");
         *plen_out = plen[i];
         f->prompt = plen[i] / dt;
@@ -329,8 +330,8 @@ int main(void)
     printf("memory read bandwidth: %.1f GB/s (one thread, plain loop)\n", bw);
     double peak = bench_peak_int8(kern_ops_select()->name);
     if (peak > 0.0)
-        printf("peak int8 multiply-adds: %.1f GMAC/s per thread (%s path's dot instructions, "
-               "independent chains)\n", peak, kern_ops_select()->name);
+        printf("peak int8 multiply-adds: %.1f GMAC/s per CPU second (%s path's dot "
+               "instructions, independent chains)\n", peak, kern_ops_select()->name);
     for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
         struct stat st;
         if (pick && !strstr(pick, models[i].name))

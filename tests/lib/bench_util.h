@@ -10,7 +10,8 @@ double bench_now(void);
  * cannot be allocated. */
 double bench_read_bandwidth(void);
 
-/* Billions of int8 multiply-adds per second one thread reaches with the instructions the
+/* Billions of int8 multiply-adds per second of CPU time (so a machine shared with other
+ * work does not lower it) one thread reaches with the instructions the
  * kernel set path ("avx512": vpdpbusd on zmm; "avx2": vpmaddubsw + vpmaddwd + vpaddd on ymm)
  * runs its integer dots with, independent chains and no memory: the peak a prefill's matrix
  * products are judged against. 0 for another path or a CPU without them. */
