@@ -201,14 +201,16 @@ static void sb_content_trimmed(struct sb *b, const char *s)
     sb_content_n(b, s, rtrim_len(s, strlen(s)));
 }
 
-enum role { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT };
+enum role { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT, ROLE_TOOL };
 
 static int parse_role(const char *r)
 {
     if (!r)
         return -1;
-    if (!strcmp(r, "system"))
+    if (!strcmp(r, "system") || !strcmp(r, "developer"))
         return ROLE_SYSTEM;
+    if (!strcmp(r, "tool"))
+        return ROLE_TOOL;
     if (!strcmp(r, "user"))
         return ROLE_USER;
     if (!strcmp(r, "assistant"))
@@ -305,6 +307,7 @@ static void render_llama2(struct sb *b, const struct chat_template *t, const str
         switch (parse_role(m[i].role)) {
         case ROLE_SYSTEM: sys = m[i].content; break;
         case ROLE_USER:
+        case ROLE_TOOL:
             llama2_user(b, t, sys, m[i].content);
             sys = NULL;
             break;
@@ -373,6 +376,7 @@ static void render_folded(struct sb *b, const struct chat_template *t,
         switch (parse_role(m[i].role)) {
         case ROLE_SYSTEM: sys = m[i].content; break;
         case ROLE_USER:
+        case ROLE_TOOL:
             folded_user(b, f, sys, m[i].content);
             sys = NULL;
             break;
@@ -461,13 +465,14 @@ char *chat_render_spans(const struct chat_template *t, const struct chat_msg *ms
         }
         for (size_t i = 0; i < n; i++) {
             if (parse_role(msgs[i].role) < 0) {
-                snprintf(err, errlen, "message %zu: unknown role '%.64s' (want system, user or "
-                                      "assistant)",
+                snprintf(err, errlen, "message %zu: unknown role '%.64s' (want system, developer, "
+                                      "user, assistant or tool)",
                          i, msgs[i].role ? msgs[i].role : "(null)");
                 free(m);
                 return NULL;
             }
-            m[i].role = msgs[i].role;
+            /* developer is the system role of the families, which have no other */
+            m[i].role = parse_role(msgs[i].role) == ROLE_SYSTEM ? "system" : msgs[i].role;
             m[i].content = msgs[i].content ? msgs[i].content : "";
         }
     }

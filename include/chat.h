@@ -17,10 +17,14 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
+
+#include <jansson.h>
 
 #include "tokenizer.h"
 
 struct gguf;
+struct jinja_template;
 
 enum chat_family {
     CHAT_FAMILY_FALLBACK = 0, /* "role: content" lines, then "assistant:" */
@@ -43,6 +47,21 @@ struct chat_template {
     enum chat_family family;
     char bos[64]; /* BOS text written at the start where the family does so, "" if none */
     char eos[64]; /* EOS text where the family writes it after assistant turns */
+    struct jinja_template *jinja; /* the model's own Jinja template (owned), or NULL: the
+                                   * family table renders */
+    time_t now;                   /* strftime_now's clock: 0 the real time, else fixed (tests) */
+};
+
+/* What a chat request gives its template (all borrowed): messages as the API carries them
+ * (role, content as a string, null or an array of parts, and whatever else a message holds:
+ * tool_calls with arguments as objects, tool_call_id, name, reasoning_content), the
+ * OpenAI tool definitions, and chat_template_kwargs, each key of which becomes a template
+ * variable (enable_thinking, ...). */
+struct chat_context {
+    const json_t *messages;     /* array of objects */
+    const json_t *tools;        /* array, or NULL: none */
+    const json_t *kwargs;       /* object, or NULL */
+    bool add_generation_prompt;
 };
 
 /* The family's name ("chatml", "llama2", ...) and back; -1 for an unknown name. */
@@ -64,6 +83,20 @@ char *chat_render(const struct chat_template *t, const struct chat_msg *msgs, si
 char *chat_render_spans(const struct chat_template *t, const struct chat_msg *msgs, size_t n,
                         bool add_generation_prompt, struct tokenizer_span **spans,
                         size_t *n_spans, char *err, size_t errlen);
+
+/* Render a conversation given as JSON: through the model's Jinja template when t has one,
+ * else through the family table (which reads role and text content only, takes "developer"
+ * as "system", and renders "tool" results as that role where the family frames roles by name,
+ * as a user turn elsewhere). *out is malloc'd text, *spans (may be NULL) where client text
+ * was written, as chat_render_spans(). Returns 0; -EINVAL with a message in err when the
+ * messages cannot be rendered or the template raised (err is then the template's own
+ * message), -ELOOP when the template ran past its step or depth limit, -ENOMEM. */
+int chat_render_json(const struct chat_template *t, const struct chat_context *c, char **out,
+                     struct tokenizer_span **spans, size_t *n_spans, char *err, size_t errlen);
+
+/* Release what chat_template_from_gguf()/chat_template_set_jinja() attached; t is left a
+ * family-table template. */
+void chat_template_free(struct chat_template *t);
 
 /* Whether the family writes the BOS text itself (Llama 2, Llama 3, Mistral, Gemma, when t has
  * a BOS text): the prompt is then encoded without TOKENIZER_ADD_SPECIAL. */

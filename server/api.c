@@ -133,6 +133,7 @@ int front_model_open(struct front_model *m, const struct kiln_config *cfg, char 
 
 void front_model_close(struct front_model *m)
 {
+    chat_template_free(&m->tmpl);
     if (m->tok)
         tokenizer_destroy(m->tok);
     if (m->gguf)

@@ -3,6 +3,7 @@
  * unknown roles refused. */
 #include "chat.h"
 
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -140,17 +141,48 @@ static void test_chat_empty_conversation_and_null_content(void **state)
 static void test_chat_unknown_role_is_rejected(void **state)
 {
     (void)state;
-    const struct chat_msg m[] = {{"user", "Hi"}, {"tool", "{}"}};
+    const struct chat_msg m[] = {{"user", "Hi"}, {"wizard", "{}"}};
     struct chat_template t = {.family = CHAT_FAMILY_CHATML};
     char err[256] = "";
     for (int f = 0; f < CHAT_FAMILY_COUNT; f++) {
         t.family = (enum chat_family)f;
         assert_null(chat_render(&t, m, 2, true, err, sizeof(err)));
-        assert_non_null(strstr(err, "unknown role 'tool'"));
+        assert_non_null(strstr(err, "unknown role 'wizard'"));
     }
     const struct chat_msg nul[] = {{NULL, "x"}};
     assert_null(chat_render(&t, nul, 1, true, err, sizeof(err)));
     assert_non_null(strstr(err, "unknown role"));
+}
+
+/* The JSON entry point over the family table: developer renders as system, a tool result as
+ * its role, text parts joined, and the spans cover the client's text. */
+static void test_chat_json_renders_developer_tool_and_parts(void **state)
+{
+    (void)state;
+    struct chat_template t = {.family = CHAT_FAMILY_CHATML};
+    json_t *msgs = json_loads("[{\"role\":\"developer\",\"content\":\"Be brief.\"},"
+                              "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+                              "{\"type\":\"text\",\"text\":\"b\"}]},"
+                              "{\"role\":\"tool\",\"content\":\"42\"}]", 0, NULL);
+    struct chat_context c = {.messages = msgs, .add_generation_prompt = true};
+    struct tokenizer_span *sp = NULL;
+    size_t nsp = 0;
+    char err[256], *out = NULL;
+    assert_int_equal(chat_render_json(&t, &c, &out, &sp, &nsp, err, sizeof(err)), 0);
+    assert_string_equal(out, "<|im_start|>system\nBe brief.<|im_end|>\n"
+                             "<|im_start|>user\nab<|im_end|>\n"
+                             "<|im_start|>tool\n42<|im_end|>\n<|im_start|>assistant\n");
+    assert_int_equal(nsp, 3);
+    assert_memory_equal(out + sp[1].off, "ab", 2);
+    free(out);
+    free(sp);
+    json_decref(msgs);
+    msgs = json_loads("[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]", 0,
+                      NULL);
+    c.messages = msgs;
+    assert_int_equal(chat_render_json(&t, &c, &out, NULL, NULL, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "'image_url' is not supported"));
+    json_decref(msgs);
 }
 
 static void test_chat_family_names_round_trip(void **state)
@@ -309,6 +341,7 @@ int main(void)
         cmocka_unit_test(test_chat_empty_conversation_and_null_content),
         cmocka_unit_test(test_chat_unknown_role_is_rejected),
         cmocka_unit_test(test_chat_family_names_round_trip),
+        cmocka_unit_test(test_chat_json_renders_developer_tool_and_parts),
         cmocka_unit_test(test_chat_detects_family_from_real_templates),
         cmocka_unit_test(test_chat_bos_eos_texts_come_from_the_vocabulary),
         cmocka_unit_test(test_chat_llama_spm_vocab_has_no_template),
