@@ -44,8 +44,9 @@ static bool has(struct gguf_str s, const char *needle)
 /* Order matters: Llama 2 templates also contain [INST], and Phi-3's and Zephyr's both use
  * <|user|> (Zephyr ends turns with eos_token, usually not a literal </s>; Phi-3 with a
  * literal <|end|>), so Phi-3 is tested first and any other <|user|> template is Zephyr. */
-static enum chat_family detect(struct gguf_str tmpl)
+enum chat_family chat_family_detect(const char *text, size_t len)
 {
+    struct gguf_str tmpl = {text, len};
     if (has(tmpl, "<|im_start|>"))
         return CHAT_FAMILY_CHATML;
     if (has(tmpl, "<|start_header_id|>"))
@@ -103,7 +104,7 @@ void chat_template_from_gguf(struct chat_template *t, const struct gguf *g)
     memset(t, 0, sizeof(*t));
     if (g)
         (void)gguf_get_str(g, "tokenizer.chat_template", &tmpl); /* absent: fallback */
-    t->family = detect(tmpl);
+    t->family = chat_family_detect(tmpl.ptr, (size_t)tmpl.len);
     family_defaults(t);
     if (g) {
         char buf[sizeof(t->bos)];
@@ -416,6 +417,16 @@ bool chat_writes_bos(const struct chat_template *t)
     case CHAT_FAMILY_GEMMA: return t->bos[0] != '\0';
     default: return false;
     }
+}
+
+unsigned chat_encode_flags_text(const struct chat_template *t, const struct tokenizer *tok,
+                                const char *text)
+{
+    if (!t->jinja)
+        return chat_encode_flags(t, tok);
+    bool own_bos = t->bos[0] && !strncmp(text, t->bos, strlen(t->bos)) &&
+                   tokenizer_find_special(tok, t->bos) >= 0;
+    return TOKENIZER_PARSE_SPECIAL | (own_bos ? 0 : TOKENIZER_ADD_SPECIAL);
 }
 
 unsigned chat_encode_flags(const struct chat_template *t, const struct tokenizer *tok)

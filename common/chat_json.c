@@ -4,6 +4,9 @@
 #include "chat.h"
 
 #include <errno.h>
+#include <string.h>
+
+#include "jinja.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +96,92 @@ out:
     return rc;
 }
 
+/* Each message is an object with a string role and text content (string, null or text
+ * parts), as the family table reads them too: the same 400s on both paths. */
+static int check_messages(const json_t *msgs, char *err, size_t errlen)
+{
+    size_t i;
+    const json_t *m;
+    json_array_foreach(msgs, i, m) {
+        const char *text;
+        char *owned;
+        if (!json_is_object(m) || !json_is_string(json_object_get(m, "role"))) {
+            snprintf(err, errlen, "each of '%s' needs a string 'role'", "messages");
+            return -EINVAL;
+        }
+        int rc = message_text(m, i, &text, &owned, err, errlen);
+        free(owned);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* The model's Jinja template: messages, tools and chat_template_kwargs are the client's
+ * text (tainted: what they put in the prompt is never read as control tokens), bos_token,
+ * eos_token and add_generation_prompt the server's. */
+static int render_jinja(const struct chat_template *t, const struct chat_context *c,
+                        char **out, struct tokenizer_span **spans, size_t *n_spans, char *err,
+                        size_t errlen)
+{
+    struct jinja_var vars[64];
+    size_t n = 0;
+    json_t *bos = json_string(t->bos), *eos = json_string(t->eos);
+    json_t *gen = json_boolean(c->add_generation_prompt), *copy = NULL;
+    struct jinja_output o;
+    int rc = -ENOMEM;
+
+    if (!bos || !eos || !gen) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    if ((rc = check_messages(c->messages, err, errlen)) < 0)
+        goto out;
+    /* developer messages are system messages to a template without a developer role */
+    const json_t *msgs = c->messages;
+    size_t i;
+    json_t *m;
+    json_array_foreach(c->messages, i, m) {
+        if (t->jinja_developer || strcmp(json_string_value(json_object_get(m, "role")), "developer"))
+            continue;
+        if (msgs == c->messages && !(msgs = copy = json_deep_copy(c->messages))) {
+            rc = -ENOMEM;
+            snprintf(err, errlen, "out of memory");
+            goto out;
+        }
+        json_object_set_new(json_array_get(copy, i), "role", json_string("system"));
+    }
+    /* chat_template_kwargs first: the server's own variables win over a kwarg of that name */
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)c->kwargs, k, v) {
+        if (n < sizeof(vars) / sizeof(vars[0]) - 5)
+            vars[n++] = (struct jinja_var){k, v, true};
+    }
+    vars[n++] = (struct jinja_var){"messages", msgs, true};
+    if (c->tools)
+        vars[n++] = (struct jinja_var){"tools", c->tools, true};
+    vars[n++] = (struct jinja_var){"bos_token", bos, false};
+    vars[n++] = (struct jinja_var){"eos_token", eos, false};
+    vars[n++] = (struct jinja_var){"add_generation_prompt", gen, false};
+    struct jinja_limits lim = {.now = t->now};
+    if ((rc = jinja_render(t->jinja, vars, n, &lim, &o, err, errlen)) < 0)
+        goto out;
+    *out = o.text;
+    if (spans) {
+        *spans = o.spans;
+        *n_spans = o.n_spans;
+    } else {
+        free(o.spans);
+    }
+out:
+    json_decref(copy);
+    json_decref(bos);
+    json_decref(eos);
+    json_decref(gen);
+    return rc;
+}
+
 int chat_render_json(const struct chat_template *t, const struct chat_context *c, char **out,
                      struct tokenizer_span **spans, size_t *n_spans, char *err, size_t errlen)
 {
@@ -106,10 +195,26 @@ int chat_render_json(const struct chat_template *t, const struct chat_context *c
         snprintf(err, errlen, "'%s' must be an array of messages", "messages");
         return -EINVAL;
     }
+    if (t->jinja)
+        return render_jinja(t, c, out, spans, n_spans, err, errlen);
     return render_family(t, c, out, spans, n_spans, err, errlen);
+}
+
+int chat_template_set_jinja(struct chat_template *t, const char *src, size_t len, char *err,
+                            size_t errlen)
+{
+    struct jinja_template *j = jinja_parse(src, len, err, errlen);
+    if (!j)
+        return strstr(err, "out of memory") ? -ENOMEM : -EINVAL;
+    jinja_free(t->jinja);
+    t->jinja = j;
+    t->jinja_developer = memmem(src, len, "developer", 9) != NULL;
+    t->family = chat_family_detect(src, len);
+    return 0;
 }
 
 void chat_template_free(struct chat_template *t)
 {
+    jinja_free(t->jinja);
     t->jinja = NULL;
 }

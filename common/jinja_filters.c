@@ -475,6 +475,8 @@ static struct jv *to_json(struct jstate *st, struct jv *v, const struct jjson_op
     struct jbuf b = {0};
     jbuf_put(st, &b, "", 0, false);
     jv_write_json(st, &b, v, o, 0);
+    if (jv_tainted(v)) /* JSON of client data is client text, punctuation and all */
+        jbuf_taint(st, &b, 0, b.len);
     return jv_str_buf(st, &b);
 }
 

@@ -133,8 +133,13 @@ static struct jn *parse_or(struct parser *p);
 static void parse_body(struct parser *p, struct nlist *body, const char *const *names)
 {
     while (!is_stmt(p, names)) {
-        if (p->cur >= p->n)
-            perr(p, "missing {%% %s %%}", names[0]);
+        if (p->cur >= p->n) {
+            const char *end = names[0];
+            for (const char *const *k = names; *k; k++)
+                if (!strncmp(*k, "end", 3))
+                    end = *k;
+            perr(p, "missing {%% %s %%}", end);
+        }
         nl_push(p, body, parse_any(p));
     }
 }

@@ -452,14 +452,22 @@ bool jv_tainted(const struct jv *v)
 
 void jbuf_taint(struct jstate *st, struct jbuf *b, size_t off, size_t n)
 {
+    size_t end = off + n;
     if (!n)
         return;
+    /* spans it covers go; one it touches grows */
+    while (b->nsp && b->sp[b->nsp - 1].off >= off) {
+        struct jspan *l = &b->sp[--b->nsp];
+        if (l->off + l->len > end)
+            end = l->off + l->len;
+    }
     if (b->nsp && b->sp[b->nsp - 1].off + b->sp[b->nsp - 1].len >= off) {
         struct jspan *l = &b->sp[b->nsp - 1];
-        if (off + n > l->off + l->len)
-            l->len = off + n - l->off;
+        if (end > l->off + l->len)
+            l->len = end - l->off;
         return;
     }
+    n = end - off;
     if (b->nsp == b->capsp) {
         size_t cap = b->capsp ? 2 * b->capsp : 8;
         struct jspan *ns = jinja_alloc(st, cap * sizeof(*ns));

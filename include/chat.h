@@ -50,6 +50,7 @@ struct chat_template {
     struct jinja_template *jinja; /* the model's own Jinja template (owned), or NULL: the
                                    * family table renders */
     time_t now;                   /* strftime_now's clock: 0 the real time, else fixed (tests) */
+    bool jinja_developer;         /* the Jinja template names a "developer" role */
 };
 
 /* What a chat request gives its template (all borrowed): messages as the API carries them
@@ -68,8 +69,12 @@ struct chat_context {
 const char *chat_family_name(enum chat_family f);
 int chat_family_from_name(const char *name);
 
-/* Detect the template of a GGUF file (tokenizer.chat_template, BOS/EOS texts). */
+/* Detect the template family of a GGUF file (tokenizer.chat_template, BOS/EOS texts). The
+ * Jinja template itself is attached with chat_template_set_jinja(). */
 void chat_template_from_gguf(struct chat_template *t, const struct gguf *g);
+
+/* The family whose markup text (a Jinja template's source) shows. */
+enum chat_family chat_family_detect(const char *text, size_t len);
 
 /* Render n messages, with the assistant's generation prompt when add_generation_prompt.
  * Returns a malloc'd NUL-terminated string, or NULL with a message in err (an unknown role
@@ -94,9 +99,20 @@ char *chat_render_spans(const struct chat_template *t, const struct chat_msg *ms
 int chat_render_json(const struct chat_template *t, const struct chat_context *c, char **out,
                      struct tokenizer_span **spans, size_t *n_spans, char *err, size_t errlen);
 
-/* Release what chat_template_from_gguf()/chat_template_set_jinja() attached; t is left a
- * family-table template. */
+/* Give t a Jinja template (src, len bytes) to render with, replacing any it had; the family
+ * is detected from the same text, for a fallback. Returns 0, or -EINVAL with err naming what
+ * cannot be parsed (t then keeps what it had), -ENOMEM. */
+int chat_template_set_jinja(struct chat_template *t, const char *src, size_t len, char *err,
+                            size_t errlen);
+
+/* Release the Jinja template; t is left a family-table template. */
 void chat_template_free(struct chat_template *t);
+
+/* chat_encode_flags() for a rendered prompt: with a Jinja template, the template wrote the BOS
+ * when text starts with the BOS text (a special token of tok); the family table as
+ * chat_encode_flags(). */
+unsigned chat_encode_flags_text(const struct chat_template *t, const struct tokenizer *tok,
+                                const char *text);
 
 /* Whether the family writes the BOS text itself (Llama 2, Llama 3, Mistral, Gemma, when t has
  * a BOS text): the prompt is then encoded without TOKENIZER_ADD_SPECIAL. */

@@ -107,14 +107,9 @@ int front_model_open(struct front_model *m, const struct kiln_config *cfg, char 
         front_model_close(m);
         return rc;
     }
-    if (cfg->chat_template) {
-        int fam = chat_family_from_name(cfg->chat_template);
-        if (fam < 0) {
-            snprintf(err, errlen, "--chat-template: unknown template '%s'", cfg->chat_template);
-            front_model_close(m);
-            return -EINVAL;
-        }
-        m->tmpl.family = (enum chat_family)fam;
+    if ((rc = api_template_setup(m, cfg, err, errlen)) < 0) {
+        front_model_close(m);
+        return rc;
     }
     if (cfg->tool_call_format) {
         int fmt = toolcall_format_from_name(cfg->tool_call_format);
@@ -192,7 +187,7 @@ static int chat_text(struct request *r, json_t *o, char **text, struct tokenizer
 
     *text = NULL;
     if (rc == 0) {
-        *text = api_chat_render_family(&m->tmpl, fmt, &c, spans, n_spans, e);
+        *text = api_chat_render(m, &c, true, spans, n_spans, e);
         rc = *text ? 0 : e->status == 500 ? -ENOMEM : -EINVAL;
     }
     if (rc == 0) {
@@ -370,7 +365,8 @@ static void handle_generate(struct front *f, struct evhttp_request *http, enum r
             goto fail_rc;
         }
         /* one BOS (the template's or the tokenizer's); content never parses as special */
-        rc = encode_prompt(r, chat, strlen(chat), chat_encode_flags(&f->model.tmpl, f->model.tok),
+        rc = encode_prompt(r, chat, strlen(chat),
+                           chat_encode_flags_text(&f->model.tmpl, f->model.tok, chat),
                            spans, n_spans, p.max_tokens, &e);
         free(spans);
         if (rc < 0 && e.param && strcmp(e.param, "prompt") == 0)
@@ -556,7 +552,7 @@ struct route {
     int id;
 };
 
-enum { ROUTE_COMPLETIONS, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_METRICS, ROUTE_TOKENIZE, ROUTE_DETOKENIZE };
+enum { ROUTE_COMPLETIONS, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_METRICS, ROUTE_TOKENIZE, ROUTE_DETOKENIZE, ROUTE_APPLY_TEMPLATE };
 
 static const struct route routes[] = {
     {"/v1/completions", EVHTTP_REQ_POST, "POST", ROUTE_COMPLETIONS},
@@ -566,6 +562,7 @@ static const struct route routes[] = {
     {"/metrics", EVHTTP_REQ_GET, "GET", ROUTE_METRICS},
     {"/tokenize", EVHTTP_REQ_POST, "POST", ROUTE_TOKENIZE},
     {"/detokenize", EVHTTP_REQ_POST, "POST", ROUTE_DETOKENIZE},
+    {"/apply-template", EVHTTP_REQ_POST, "POST", ROUTE_APPLY_TEMPLATE},
 };
 
 void api_handle(struct evhttp_request *http, void *arg)
@@ -624,6 +621,8 @@ void api_handle(struct evhttp_request *http, void *arg)
             return api_tokenize(f, http);
         case ROUTE_DETOKENIZE:
             return api_detokenize(f, http);
+        case ROUTE_APPLY_TEMPLATE:
+            return api_apply_template(f, http);
         }
     }
     api_send_error(http, 404, "invalid_request_error", "no such route", NULL, NULL);

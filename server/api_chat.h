@@ -47,8 +47,17 @@ void api_chat_free(struct api_chat *c);
  * in fmt's markup, and the tools described in the system message. Returns the prompt
  * (malloc'd) with the content spans as chat_render_spans(), or NULL with e set. */
 char *api_chat_render_family(const struct chat_template *t, enum toolcall_format fmt,
-                             const struct api_chat *c, struct tokenizer_span **spans,
-                             size_t *n_spans, struct perr *e);
+                             const struct api_chat *c, bool add_generation_prompt,
+                             struct tokenizer_span **spans, size_t *n_spans, struct perr *e);
+
+/* Render c for model m (api_template.c): through the model's Jinja template when it has one
+ * (chat_render_json: the template's own 400 when it raises), else api_chat_render_family()
+ * with the model's tool-call markup. Returns the prompt (malloc'd) with the spans of client
+ * text, or NULL with e set. */
+struct front_model;
+char *api_chat_render(const struct front_model *m, const struct api_chat *c,
+                      bool add_generation_prompt, struct tokenizer_span **spans,
+                      size_t *n_spans, struct perr *e);
 
 /* tool_choice "required" or a named function: set r->grammar to one call in fmt's markup
  * (hermes, llama3, mistral, granite; other formats are left unconstrained) to one of c's

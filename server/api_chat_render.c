@@ -157,8 +157,8 @@ static int message_text(enum toolcall_format fmt, const json_t *m, const char **
 }
 
 char *api_chat_render_family(const struct chat_template *t, enum toolcall_format fmt,
-                             const struct api_chat *c, struct tokenizer_span **spans,
-                             size_t *n_spans, struct perr *e)
+                             const struct api_chat *c, bool add_generation_prompt,
+                             struct tokenizer_span **spans, size_t *n_spans, struct perr *e)
 {
     size_t n = json_array_size(c->messages), k = 0, i;
     bool with_tools = c->tools && c->choice != API_TOOL_CHOICE_NONE;
@@ -199,7 +199,7 @@ char *api_chat_render_family(const struct chat_template *t, enum toolcall_format
         cm[k].content = owned[k];
         k++;
     }
-    out = chat_render_spans(t, cm, k, true, spans, n_spans, err, sizeof(err));
+    out = chat_render_spans(t, cm, k, add_generation_prompt, spans, n_spans, err, sizeof(err));
     if (!out)
         bad(e, "messages", "%s", err[0] ? err : "the messages cannot be rendered");
 out:

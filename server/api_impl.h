@@ -34,6 +34,18 @@ struct api_params {
  * max_completion_tokens, n, stop, sampling, logprobs (the route's form), user; and a 400
  * naming any field kiln does not implement. Returns 0, -EINVAL (e set: 400, or 404 for
  * another model) or -ENOMEM. */
+/* The chat template (api_template.c). Choose m's template after the model is open: a family
+ * by --chat-template, a Jinja file by --chat-template-file, else the model's own
+ * tokenizer.chat_template; a template the engine cannot parse leaves the family table, with a
+ * warning naming the construct. Returns 0 or -errno with err set. */
+struct front_model;
+struct kiln_config;
+int api_template_setup(struct front_model *m, const struct kiln_config *cfg, char *err,
+                       size_t errlen);
+/* POST /apply-template: a chat request's body in, {"prompt": "..."} out, nothing generated
+ * (add_generation_prompt: true unless the body says false). */
+void api_apply_template(struct front *f, struct evhttp_request *http);
+
 int api_parse_common(struct request *r, json_t *o, struct api_params *p, struct perr *e);
 
 /* response_format (json_object, json_schema), grammar and json_schema: r->grammar set to the

@@ -255,7 +255,7 @@ bool auth_route_needs_key(const struct auth *a, const char *path)
     /* the API's routes, and everything under /v1/ (an unknown /v1/ path answers 401 before
      * 404, so it says nothing of the routes); any other path is not served: it stays 404 */
     return auth_enabled(a) && (strncmp(path, "/v1/", 4) == 0 || path_is(path, "/tokenize") ||
-                               path_is(path, "/detokenize"));
+                               path_is(path, "/detokenize") || path_is(path, "/apply-template"));
 }
 
 int auth_check_request(const struct auth *a, const char *path, const char *authorization)

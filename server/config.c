@@ -60,7 +60,10 @@ static const struct opt opts[] = {
     {"mock-faults", OPT_BOOL, F(mock_faults), 0, 0, "off",
      "let prompts inject faults into the mock (tests only)"},
     {"chat-template", OPT_STR, F(chat_template), 0, 0, "(from the model)",
-     "chat template family: fallback, chatml, llama2, llama3, mistral, zephyr, phi3, gemma"},
+     "render chats with a built-in family instead of the model's Jinja template: fallback, "
+     "chatml, llama2, llama3, mistral, zephyr, phi3, gemma"},
+    {"chat-template-file", OPT_STR, F(chat_template_file), 0, 0, "(none)",
+     "render chats with the Jinja chat template in this file instead of the model's"},
     {"tool-call-format", OPT_STR, F(tool_call_format), 0, 0, "(from the template)",
      "the markup the model writes tool calls in: hermes, llama3, mistral, granite, "
      "deepseek-r1, functionary, any (every one but functionary's) or none"},

@@ -42,7 +42,8 @@ struct kiln_config {
     uint32_t watchdog_ms;       /* a busy worker without progress this long is killed; 0: off */
     uint32_t drain_ms;          /* on SIGTERM, running requests get this long to finish */
     uint32_t restart_backoff_ms; /* first respawn delay; doubles per death in a row */
-    const char *chat_template;  /* NULL: detect from the model */
+    const char *chat_template;  /* a family name; NULL: the model's own template */
+    const char *chat_template_file; /* a Jinja template file; NULL: none */
     const char *tool_call_format; /* NULL: detect from the model's template */
     enum log_level log_level;
     const char *log_format;     /* "text" or "json" */
