@@ -48,7 +48,8 @@ $(B)/obj/worker/kernels_avx512_ext.o: override CFLAGS += -mavx512f -mavx512bw -m
                                    -mavx512vnni -mavx2 -mfma -mf16c
 
 .PHONY: all bins tests benches test test-unit test-asan test-tsan test-openai test-oracle oracle \
-        test-webui bench run deps deps-test deps-browser fuzz fuzz-toolcall fuzz-http soak clean
+        test-webui bench run deps deps-test deps-browser fuzz fuzz-gguf fuzz-toolcall fuzz-http \
+        fuzz-jinja soak clean
 all: bins
 bins: $(BINS)
 tests: $(TESTS)
@@ -288,7 +289,9 @@ deps deps-test:
 # the vocabulary files). Crashes land in build-fuzz/crash-*.
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -Iinclude -O1 -g $(WARN)
-fuzz: fuzz-toolcall fuzz-http
+fuzz: fuzz-gguf fuzz-toolcall fuzz-http fuzz-jinja
+
+fuzz-gguf:
 	@mkdir -p build-fuzz/corpus
 	clang $(FUZZ_FLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	  tests/fuzz_gguf.c common/gguf.c -o build-fuzz/fuzz_gguf
@@ -344,6 +347,22 @@ fuzz-toolcall:
 	printf '\002\004<|python_tag|>f.call(q="x", n=1)' > build-fuzz/corpus-toolcall/python
 	build-fuzz/fuzz_toolcall -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	  -print_final_stats=1 -artifact_prefix=build-fuzz/ build-fuzz/corpus-toolcall
+
+# Fuzz the Jinja engine: random templates x random JSON contexts (a template, a NUL byte, a
+# JSON object), seeded with the 39 real templates and a conversation, under ASan+UBSan; the
+# engine's step, depth and memory limits keep every run short. Crashes land in build-fuzz/.
+JINJA_SRC = common/jinja_lex.c common/jinja_parse.c common/jinja_eval.c common/jinja_value.c \
+            common/jinja_filters.c
+fuzz-jinja:
+	@mkdir -p build-fuzz/corpus-jinja
+	clang $(FUZZ_FLAGS) $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	  tests/fuzz_jinja.c $(JINJA_SRC) -o build-fuzz/fuzz_jinja $(PKG_LIBS) -lm
+	for f in ../shared/templates/*.jinja; do \
+	  { cat $$f; printf '\0'; cat tests/fixtures/jinja/fuzz_context.json; } \
+	    > build-fuzz/corpus-jinja/seed-$${f##*/}; done
+	build-fuzz/fuzz_jinja -max_total_time=$(FUZZ_SECONDS) -max_len=32768 -timeout=10 \
+	  -rss_limit_mb=1024 -dict=tests/fuzz_jinja.dict -print_final_stats=1 \
+	  -artifact_prefix=build-fuzz/jinja- build-fuzz/corpus-jinja
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz
