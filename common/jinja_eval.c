@@ -329,16 +329,21 @@ static struct jv *eval_binary(struct jstate *st, struct jenv *env, const struct 
         }
     } else if (r->kind == JV_LIST && in) {
         bool member = false;
+        jinja_work(st, 16 * r->u.l.n);
         for (size_t i = 0; i < r->u.l.n && !member; i++)
             member = jv_strict_eq(r->u.l.v[i], l);
         return jv_bool(member == (n->op == JOP_IN));
     }
     if ((l->kind == JV_STR || r->kind == JV_STR) && n->op == JOP_ADD)
         return concat(st, l, r);
-    if (l->kind == JV_STR && r->kind == JV_STR && in)
+    if (l->kind == JV_STR && r->kind == JV_STR && in) {
+        jinja_work(st, r->u.s.len);
         return jv_bool(str_contains(r, l) == (n->op == JOP_IN));
-    if (l->kind == JV_STR && r->kind == JV_DICT && in)
+    }
+    if (l->kind == JV_STR && r->kind == JV_DICT && in) {
+        jinja_work(st, 16 * r->u.d.n);
         return jv_bool((jv_dict_get(r, l->u.s.p, l->u.s.len) != NULL) == (n->op == JOP_IN));
+    }
     jinja_fail(st, -EINVAL, "Unknown operator between %s and %s", jv_type_name(l),
                jv_type_name(r));
 }

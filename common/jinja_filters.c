@@ -79,6 +79,7 @@ static struct jv *substr(struct jstate *st, struct jv *s, size_t off, size_t n)
 
 static struct jv *str_split(struct jstate *st, struct jv *s, struct jv *sep, struct jv *max)
 {
+    jinja_work(st, s->u.s.len);
     struct jv *out = jv_list(st, 4);
     int64_t maxsplit = max ? max->u.i : -1;
     const char *p = s->u.s.p;
@@ -122,6 +123,7 @@ static struct jv *str_replace(struct jstate *st, struct jv *s, struct jv *from, 
 {
     struct jbuf b = {0};
     bool t = s->u.s.nsp || to->u.s.nsp;
+    jinja_work(st, s->u.s.len);
     jbuf_put(st, &b, "", 0, false);
     if (count == 0)
         return s;
@@ -157,6 +159,7 @@ static struct jv *str_replace(struct jstate *st, struct jv *s, struct jv *from, 
 
 static bool affix(struct jstate *st, struct jv *s, struct jv *pat, bool end, const char *what)
 {
+    jinja_work(st, 16);
     if (pat->kind == JV_STR) {
         size_t n = pat->u.s.len;
         return n <= s->u.s.len && !memcmp(s->u.s.p + (end ? s->u.s.len - n : 0), pat->u.s.p, n);
@@ -272,6 +275,7 @@ static struct jv *dm_get(struct jstate *st, struct jv *self, struct jv **a, size
     if (n == 0 || a[0]->kind != JV_STR)
         jinja_fail(st, -EINVAL, "Object key must be a string: got %s",
                    n ? jv_type_name(a[0]) : "UndefinedValue");
+    jinja_work(st, 16 * self->u.d.n);
     struct jv *v = jv_dict_get(self, a[0]->u.s.p, a[0]->u.s.len);
     return v ? v : n > 1 ? a[1] : &jv_none;
 }
@@ -381,6 +385,7 @@ struct jv *jinja_member(struct jstate *st, struct jv *obj, struct jv *key)
         if (key->kind != JV_STR)
             jinja_fail(st, -EINVAL, "Cannot access property with non-string: got %s",
                        jv_type_name(key));
+        jinja_work(st, 16 * obj->u.d.n);
         struct jv *v = jv_dict_get(obj, key->u.s.p, key->u.s.len);
         if (!v && obj->kind == JV_DICT)
             v = dict_method(st, obj, key->u.s.p);
@@ -475,7 +480,7 @@ static struct jv *to_json(struct jstate *st, struct jv *v, const struct jjson_op
     struct jbuf b = {0};
     jbuf_put(st, &b, "", 0, false);
     jv_write_json(st, &b, v, o, 0);
-    if (jv_tainted(v)) /* JSON of client data is client text, punctuation and all */
+    if (jv_tainted(v, 0)) /* JSON of client data is client text, punctuation and all */
         jbuf_taint(st, &b, 0, b.len);
     return jv_str_buf(st, &b);
 }
@@ -587,6 +592,7 @@ static struct jv *attr_path(struct jstate *st, struct jv *item, const char *path
         const char *dot = strchr(p, '.');
         size_t n = dot ? (size_t)(dot - p) : strlen(p);
         if (v->kind == JV_DICT || v->kind == JV_NS) {
+            jinja_work(st, 16 * v->u.d.n);
             struct jv *x = jv_dict_get(v, p, n);
             v = x ? x : &jv_undef;
         } else if (v->kind == JV_LIST) {
@@ -607,7 +613,6 @@ static struct jv *attr_path(struct jstate *st, struct jv *item, const char *path
             return v;
         p = dot + 1;
     }
-    (void)st;
 }
 
 static struct jv *filter_plain(struct jstate *st, struct jv *v, const char *f)
@@ -648,6 +653,7 @@ static struct jv *filter_plain(struct jstate *st, struct jv *v, const char *f)
             struct jv *r = jv_list(st, v->u.l.n);
             for (size_t i = 0; i < v->u.l.n; i++) {
                 bool seen = false;
+                jinja_work(st, 16 * r->u.l.n);
                 for (size_t k = 0; k < r->u.l.n && !seen; k++)
                     seen = jv_strict_eq(r->u.l.v[k], v->u.l.v[i]);
                 if (!seen)
@@ -741,6 +747,7 @@ static struct jv *select_attr(struct jstate *st, struct jenv *env, struct jv *v,
         jinja_fail(st, -EINVAL, "`%s` needs an attribute name", f);
     struct jv *r = jv_list(st, v->u.l.n);
     for (size_t i = 0; i < v->u.l.n; i++) {
+        jinja_work(st, 16 * v->u.l.v[i]->u.d.n);
         struct jv *a = jv_dict_get(v->u.l.v[i], attr->u.s.p, attr->u.s.len);
         bool ok = false;
         if (a) {

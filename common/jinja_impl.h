@@ -193,7 +193,10 @@ double jv_num(const struct jv *v);     /* INT, FLOAT or BOOL */
 bool jv_loose_eq(const struct jv *a, const struct jv *b);   /* JavaScript == on values */
 bool jv_strict_eq(const struct jv *a, const struct jv *b);  /* JavaScript === on values */
 int jv_compare(struct jstate *st, const struct jv *a, const struct jv *b, bool case_sensitive);
-bool jv_tainted(const struct jv *v); /* holds client text anywhere */
+bool jv_tainted(const struct jv *v, unsigned depth); /* holds client text anywhere (true
+                                                      * past a depth: cycles, deep nests) */
+/* Count n units of work (bytes scanned, items compared) against the step limit. */
+void jinja_work(struct jstate *st, size_t n);
 
 /* Buffers. */
 void jbuf_put(struct jstate *st, struct jbuf *b, const char *p, size_t n, bool tainted);

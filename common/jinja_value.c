@@ -227,6 +227,7 @@ struct jv *jv_dict_get(const struct jv *d, const char *key, size_t len)
 
 void jv_dict_set(struct jstate *st, struct jv *d, struct jv *k, struct jv *x)
 {
+    jinja_work(st, 16 * d->u.d.n);
     for (size_t i = 0; i < d->u.d.n; i++) {
         const struct jv *ki = d->u.d.k[i];
         if (ki->u.s.len == k->u.s.len && !memcmp(ki->u.s.p, k->u.s.p, k->u.s.len)) {
@@ -286,8 +287,8 @@ struct jv *jv_from_json(struct jstate *st, const json_t *j, bool tainted, unsign
         json_t *x;
         d->tkeys = tainted;
         json_object_foreach((json_t *)j, k, x) {
-            jv_dict_set(st, d, jv_str(st, k, strlen(k), tainted),
-                        jv_from_json(st, x, tainted, depth + 1));
+            d->u.d.k[d->u.d.n] = jv_str(st, k, strlen(k), tainted);
+            d->u.d.v[d->u.d.n++] = jv_from_json(st, x, tainted, depth + 1);
         }
         return d;
     }
@@ -427,13 +428,15 @@ int jv_compare(struct jstate *st, const struct jv *a, const struct jv *b, bool c
     return c ? (c < 0 ? -1 : 1) : (a->u.s.len < b->u.s.len ? -1 : a->u.s.len > b->u.s.len);
 }
 
-bool jv_tainted(const struct jv *v)
+bool jv_tainted(const struct jv *v, unsigned depth)
 {
+    if (depth > 64)
+        return true;
     switch (v->kind) {
     case JV_STR: return v->u.s.nsp > 0;
     case JV_LIST:
         for (size_t i = 0; i < v->u.l.n; i++)
-            if (jv_tainted(v->u.l.v[i]))
+            if (jv_tainted(v->u.l.v[i], depth + 1))
                 return true;
         return false;
     case JV_DICT:
@@ -441,11 +444,19 @@ bool jv_tainted(const struct jv *v)
         if (v->tkeys)
             return true;
         for (size_t i = 0; i < v->u.d.n; i++)
-            if (jv_tainted(v->u.d.v[i]) || jv_tainted(v->u.d.k[i]))
+            if (jv_tainted(v->u.d.v[i], depth + 1) || jv_tainted(v->u.d.k[i], depth + 1))
                 return true;
         return false;
     default: return false;
     }
+}
+
+void jinja_work(struct jstate *st, size_t n)
+{
+    st->steps += n / 16;
+    if (st->steps > st->max_steps)
+        jinja_fail(st, -ELOOP, "the template ran past %lu steps (a loop without end?)",
+                   st->max_steps);
 }
 
 /* ---- buffers ---- */

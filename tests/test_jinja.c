@@ -174,6 +174,12 @@ static void test_jinja_runaway_templates_stop_with_a_clear_error(void **state)
                           "{% set ns.s = ns.s ~ ns.s %}{% endfor %}", NULL, &o, &small, &rc, err,
                           sizeof(err)));
     assert_int_equal(rc, -ENOMEM);
+    /* a namespace holding itself, printed: the depth limit, not a crash */
+    expect_error("{% set ns = namespace() %}{% set ns.a = ns %}{{ ns }}", NULL, -ELOOP, "deeper");
+    /* work inside one step counts: membership in a long list, again and again */
+    assert_null(render_ex("{% set l = range(100000) %}{% for i in range(100000) %}{% if i in l %}"
+                          "{% endif %}{% endfor %}", NULL, &o, NULL, &rc, err, sizeof(err)));
+    assert_int_equal(rc, -ELOOP);
 }
 
 static void test_jinja_parse_errors_name_the_construct_and_line(void **state)
