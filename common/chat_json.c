@@ -165,7 +165,30 @@ static int render_jinja(const struct chat_template *t, const struct chat_context
     vars[n++] = (struct jinja_var){"eos_token", eos, false};
     vars[n++] = (struct jinja_var){"add_generation_prompt", gen, false};
     struct jinja_limits lim = {.now = t->now};
-    if ((rc = jinja_render(t->jinja, vars, n, &lim, &o, err, errlen)) < 0)
+    size_t mi = n - (c->tools ? 5 : 4);
+    rc = jinja_render(t->jinja, vars, n, &lim, &o, err, errlen);
+    if (rc == -EINVAL) {
+        /* many templates read content as a string (Qwen3's '</think>' in content) and raise
+         * on an assistant's calls-only message with null content: as llama.cpp does, such
+         * a template gets "" for null content */
+        json_t *strs = json_deep_copy(msgs);
+        bool any = false;
+        json_array_foreach(strs, i, m) {
+            json_t *ct = json_object_get(m, "content");
+            if (!ct || json_is_null(ct)) {
+                json_object_set_new(m, "content", json_string(""));
+                any = true;
+            }
+        }
+        if (any) {
+            char err2[256];
+            vars[mi].value = strs;
+            if (jinja_render(t->jinja, vars, n, &lim, &o, err2, sizeof(err2)) == 0)
+                rc = 0;
+        }
+        json_decref(strs);
+    }
+    if (rc < 0)
         goto out;
     *out = o.text;
     if (spans) {

@@ -268,6 +268,18 @@ static void test_jinja_chat_render_json_uses_the_template(void **state)
     assert_string_equal(err, "System role not supported");
     json_decref(msgs);
     json_decref(kw);
+    /* a template that reads content as a string gets "" for an assistant's null content */
+    const char *strict = "{% for m in messages %}{% if '<think>' in m.content %}T{% endif %}"
+                         "[{{ m.role }}:{{ m.content }}]{% endfor %}";
+    assert_int_equal(chat_template_set_jinja(&t, strict, strlen(strict), err, sizeof(err)), 0);
+    msgs = json_loads("[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\","
+                      "\"content\":null,\"tool_calls\":[]}]", 0, NULL);
+    c.messages = msgs;
+    c.kwargs = NULL;
+    assert_int_equal(chat_render_json(&t, &c, &out, NULL, NULL, err, sizeof(err)), 0);
+    assert_string_equal(out, "[user:q][assistant:]");
+    free(out);
+    json_decref(msgs);
     /* a template the engine cannot parse: refused, and t keeps what it had */
     assert_int_equal(chat_template_set_jinja(&t, "{% foo %}", 9, err, sizeof(err)), -EINVAL);
     assert_non_null(t.jinja);
