@@ -1,7 +1,8 @@
 // Renders every template of ../shared/templates with every conversation of
 // tests/fixtures/jinja/conversations.json through @huggingface/jinja (the oracle), with
 // add_generation_prompt on and off, and writes tests/fixtures/jinja/<template>.json:
-// {"parse_error": msg} or {"<conversation>/<gen|nogen>": text | {"raises": msg}}.
+// {"parse_error": msg} or {"<conversation>/<gen|nogen>": text | {"raises": msg}}, and
+// raises.txt, the list of renders that raise.
 // Run: cd tests/reference/jinja && npm ci && node render.mjs [shared dir]
 import { Template } from "@huggingface/jinja";
 import fs from "node:fs";
@@ -23,6 +24,7 @@ globalThis.Date = class extends RealDate {
 };
 
 const dir = path.join(shared, "templates");
+const raises = [];
 for (const file of fs.readdirSync(dir).filter((f) => f.endsWith(".jinja")).sort()) {
   const src = fs.readFileSync(path.join(dir, file), "utf8");
   const out = {};
@@ -44,10 +46,16 @@ for (const file of fs.readdirSync(dir).filter((f) => f.endsWith(".jinja")).sort(
           out[key] = tmpl.render(structuredClone(ctx));
         } catch (e) {
           out[key] = { raises: String(e.message ?? e) };
+          raises.push(`${file} ${key}: ${out[key].raises}`);
         }
       }
     }
   }
   fs.writeFileSync(path.join(fixtures, file.replace(/\.jinja$/, ".json")), JSON.stringify(out, null, 1) + "\n");
 }
+// the pairs neither engine renders (kiln must raise too), listed rather than hidden
+fs.writeFileSync(path.join(fixtures, "raises.txt"),
+  "# template conversation/gen: the reference's error (kiln raises on each as well)\n" +
+  raises.join("\n") + "\n");
+console.log(`${raises.length} renders raise`);
 console.log(`wrote ${fs.readdirSync(fixtures).length - 1} fixtures to ${fixtures}`);
