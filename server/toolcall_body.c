@@ -79,6 +79,23 @@ static struct call_ref *add(struct calls *cs)
     return c;
 }
 
+/* A call whose arguments kiln built as an object (from Python-style or XML-style markup):
+ * added with the object written as compact JSON. Returns 0, -EINVAL when the reply already
+ * holds MAX_CALLS, or -ENOMEM. */
+static int add_built(struct calls *cs, const char *name, size_t name_len, const json_t *args)
+{
+    struct call_ref *c = add(cs);
+    if (!c)
+        return -EINVAL;
+    c->name = name;
+    c->name_len = name_len;
+    if (!(c->owned_args = json_dumps(args, JSON_COMPACT)))
+        return -ENOMEM;
+    c->args = c->owned_args;
+    c->args_len = strlen(c->owned_args);
+    return 0;
+}
+
 /* The arguments value raw: an object as written, or a string holding one (unwrapped). */
 static int set_args(struct call_ref *c, const char *v, size_t n)
 {
@@ -211,18 +228,7 @@ static int calls_python(const char *s, size_t n, struct calls *cs)
         json_object_set_new(args, key, val);
         p += (size_t)v;
     }
-    struct call_ref *c = add(cs);
-    if (!c)
-        goto out;
-    c->name = s;
-    c->name_len = name_len;
-    if (!(c->owned_args = json_dumps(args, JSON_COMPACT))) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    c->args = c->owned_args;
-    c->args_len = strlen(c->owned_args);
-    rc = 0;
+    rc = add_built(cs, s, name_len, args);
 out:
     json_decref(args);
     return rc;
@@ -355,18 +361,8 @@ static int calls_xml(const char *s, size_t n, struct calls *cs)
         p = (size_t)(end - s) + 12;
     }
     skip_ws(s, n, &p);
-    struct call_ref *c;
-    if (p != n || !(c = add(cs)))
-        goto out;
-    c->name = name;
-    c->name_len = name_len;
-    if (!(c->owned_args = json_dumps(args, JSON_COMPACT))) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    c->args = c->owned_args;
-    c->args_len = strlen(c->owned_args);
-    rc = 0;
+    if (p == n)
+        rc = add_built(cs, name, name_len, args);
 out:
     json_decref(args);
     return rc;
@@ -417,18 +413,7 @@ static int calls_glm(const char *s, size_t n, struct calls *cs)
             goto out;
         p = (size_t)(vend - s) + 12;
     }
-    struct call_ref *c = add(cs);
-    if (!c)
-        goto out;
-    c->name = name;
-    c->name_len = nl;
-    if (!(c->owned_args = json_dumps(args, JSON_COMPACT))) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    c->args = c->owned_args;
-    c->args_len = strlen(c->owned_args);
-    rc = 0;
+    rc = add_built(cs, name, nl, args);
 out:
     json_decref(args);
     return rc;
