@@ -10,44 +10,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "kernels_simd.h"
 #include "quant.h"
-
-#define AI __attribute__((always_inline)) inline
-
-static AI float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static AI float f16(uint16_t h)
-{
-    return _cvtsh_ss(h);
-}
-
-/* Sub-block scales and mins of a Q4_K block (quant.h's packing), as 8 int16 each, decoded
- * 4 bytes at a time. */
-static AI void q4_k_scales(const uint8_t s[12], __m128i *sc16, __m128i *m16)
-{
-    uint32_t u[3];
-    memcpy(u, s, sizeof u);
-    uint32_t s_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
-    uint32_t s_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 6) & 0x03030303u) << 4;
-    uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 6) & 0x03030303u) << 4;
-    *sc16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)s_hi, (int)s_lo));
-    *m16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo));
-}
-
-/* Broadcast int16 lane lo of a 128-bit vector (copied to both halves of v) to the low half
- * of the result and lane hi to the high half: one byte shuffle. */
-static AI __m256i bcast16(__m256i v, int lo, int hi)
-{
-    __m256i ctl = _mm256_set_m128i(_mm_set1_epi16((short)((2 * hi + 1) << 8 | 2 * hi)),
-                                   _mm_set1_epi16((short)((2 * lo + 1) << 8 | 2 * lo)));
-    return _mm256_shuffle_epi8(v, ctl);
-}
 
 /* The 32 weights of a Q4_0 block as signed bytes, in element order (low nibbles are
  * elements 0..15, high nibbles 16..31). */

@@ -11,39 +11,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "kernels_simd.h"
 #include "quant.h"
-
-#define AI __attribute__((always_inline)) inline
-
-static AI float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static AI float f16(uint16_t h)
-{
-    return _cvtsh_ss(h);
-}
-
-/* int16 lane lo of each 128-bit half of v to the low half of the result, lane hi to the
- * high half. */
-static AI __m256i bcast16(__m256i v, int lo, int hi)
-{
-    __m256i ctl = _mm256_set_m128i(_mm_set1_epi16((short)((2 * hi + 1) << 8 | 2 * hi)),
-                                   _mm_set1_epi16((short)((2 * lo + 1) << 8 | 2 * lo)));
-    return _mm256_shuffle_epi8(v, ctl);
-}
-
-/* The 32 nibbles of 16 packed bytes in element order: low nibbles are elements 0..15, high
- * nibbles 16..31 (Q4_0's packing, shared by Q4_1, Q5_*, IQ4_*). */
-static AI __m256i nibbles(const uint8_t *qs)
-{
-    __m128i raw = _mm_loadu_si128((const __m128i *)qs);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));
-}
 
 /* 0x10 in byte j where bit j of the little-endian uint32 at qh is set. */
 static AI __m256i high_bits(const uint8_t qh[4])
@@ -56,11 +25,6 @@ static AI __m256i high_bits(const uint8_t qh[4])
     __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), spread);
     v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
     return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
-}
-
-static AI __m256i iq4_table(void)
-{
-    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4_values));
 }
 
 enum b32_kind { B32_Q4_1, B32_Q5_0, B32_Q5_1, B32_IQ4_NL };
@@ -263,18 +227,6 @@ static AI void tile_q3_k(const struct quant_block_q3_k *w, const char *x, size_t
         y[k * ys] = hsum8(acc[k]);
 }
 
-/* Q4_K/Q5_K sub-block scales and mins as 8 int16 each. */
-static AI void k4_scales(const uint8_t s[12], __m128i *sc16, __m128i *m16)
-{
-    uint32_t u[3];
-    memcpy(u, s, sizeof u);
-    uint32_t s_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
-    uint32_t s_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 6) & 0x03030303u) << 4;
-    uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 6) & 0x03030303u) << 4;
-    *sc16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)s_hi, (int)s_lo));
-    *m16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo));
-}
-
 static AI void tile_q5_k(const struct quant_block_q5_k *w, const char *x, size_t xs, int nb,
                          const int S, float *y, size_t ys)
 {
@@ -285,7 +237,7 @@ static AI void tile_q5_k(const struct quant_block_q5_k *w, const char *x, size_t
         acc[k] = _mm256_setzero_ps();
     for (int i = 0; i < nb; i++) {
         __m128i sc16, m16;
-        k4_scales(w[i].scales, &sc16, &m16);
+        q4_k_scales(w[i].scales, &sc16, &m16);
         __m256i sc2 = _mm256_broadcastsi128_si256(sc16);
         __m256i q[8], scv[8];
         __m256i hq = _mm256_loadu_si256((const __m256i *)w[i].qh);

@@ -9,9 +9,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "kernels_simd.h"
 #include "quant.h"
-
-#define AI __attribute__((always_inline)) inline
 
 static AI float hsum16(__m512 v)
 {
@@ -21,13 +20,6 @@ static AI float hsum16(__m512 v)
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
-}
-
-/* Two f16 scales as 16 floats: a in lanes 0-7, b in lanes 8-15. */
-static AI __m512 scales2(uint16_t a, uint16_t b)
-{
-    __m256i h = _mm256_set_m128i(_mm_set1_epi16((short)b), _mm_set1_epi16((short)a));
-    return _mm512_cvtph_ps(h);
 }
 
 static AI __m512i load2(const int8_t *a, const int8_t *b)
@@ -237,23 +229,6 @@ static int i8_kind(enum ggml_type t)
 {
     return t == GGML_TYPE_Q8_0 ? I8_Q8_0 : t == GGML_TYPE_Q4_0 ? I8_Q4_0
          : t == GGML_TYPE_Q5_0 ? I8_Q5_0 : t == GGML_TYPE_IQ4_NL ? I8_IQ4_NL : -1;
-}
-
-/* Sub-block scales and mins of a Q4_K block as 8 int16 each (quant.h's packing). */
-static AI void q4_k_scales(const uint8_t s[12], __m128i *sc16, __m128i *m16)
-{
-    uint32_t u[3];
-    memcpy(u, s, sizeof u);
-    uint32_t s_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
-    uint32_t s_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 6) & 0x03030303u) << 4;
-    uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 6) & 0x03030303u) << 4;
-    *sc16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)s_hi, (int)s_lo));
-    *m16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo));
-}
-
-static AI __m512i join(__m256i lo, __m256i hi)
-{
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
 /* Q4_K: chunk c's low and high nibbles are elements 64c..64c+63 in order, so one 512-bit

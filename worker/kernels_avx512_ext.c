@@ -11,32 +11,12 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "kernels_simd.h"
 #include "quant.h"
-
-#define AI __attribute__((always_inline)) inline
 
 static AI float hsum16(__m512 v)
 {
     return _mm512_reduce_add_ps(v);
-}
-
-static AI __m512i join(__m256i lo, __m256i hi)
-{
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
-/* Two f16 scales as 16 floats: a in lanes 0-7, b in lanes 8-15. */
-static AI __m512 scales2(uint16_t a, uint16_t b)
-{
-    __m256i h = _mm256_set_m128i(_mm_set1_epi16((short)b), _mm_set1_epi16((short)a));
-    return _mm512_cvtph_ps(h);
-}
-
-/* The 32 nibbles of 16 packed bytes in element order (Q4_0's packing). */
-static AI __m256i nibbles(const uint8_t *qs)
-{
-    __m128i raw = _mm_loadu_si128((const __m128i *)qs);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));
 }
 
 /* 0x10 in byte j where bit j of the little-endian uint32 at qh is set. */
@@ -45,11 +25,6 @@ static AI __m256i high_bits(const uint8_t qh[4])
     uint32_t h;
     memcpy(&h, qh, sizeof h);
     return _mm256_maskz_mov_epi8((__mmask32)h, _mm256_set1_epi8(0x10));
-}
-
-static AI __m256i iq4_table256(void)
-{
-    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4_values));
 }
 
 enum b32_kind { B32_Q4_1, B32_Q5_0, B32_Q5_1, B32_IQ4_NL };
@@ -81,7 +56,7 @@ static AI __m256i b32_decode(const char *w, const enum b32_kind kind, int i, uin
     const struct quant_block_iq4_nl *b = (const struct quant_block_iq4_nl *)w + i;
     *d = b->d;
     *m = 0;
-    return _mm256_shuffle_epi8(iq4_table256(), nibbles(b->qs));
+    return _mm256_shuffle_epi8(iq4_table(), nibbles(b->qs));
 }
 
 static AI __m512i load2(const int8_t *a, const int8_t *b)

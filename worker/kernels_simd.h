@@ -1,0 +1,80 @@
+/* Small x86 helpers shared by the SIMD kernel files (kernels_avx2*.c, kernels_avx512*.c).
+ * Private to worker/: each kernel file is compiled with its own -m flags (see the Makefile),
+ * so these are inlined into code built for that instruction set. The AVX-512 ones exist
+ * only where the including file is built with AVX-512F. */
+#ifndef KERNELS_SIMD_H
+#define KERNELS_SIMD_H
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "quant.h"
+
+#define AI __attribute__((always_inline)) inline
+
+/* The sum of the 8 floats of v. */
+static AI float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static AI float f16(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
+/* Broadcast int16 lane lo of a 128-bit vector (copied to both halves of v) to the low half
+ * of the result and lane hi to the high half: one byte shuffle. */
+static AI __m256i bcast16(__m256i v, int lo, int hi)
+{
+    __m256i ctl = _mm256_set_m128i(_mm_set1_epi16((short)((2 * hi + 1) << 8 | 2 * hi)),
+                                   _mm_set1_epi16((short)((2 * lo + 1) << 8 | 2 * lo)));
+    return _mm256_shuffle_epi8(v, ctl);
+}
+
+/* Sub-block scales and mins of a Q4_K or Q5_K block (quant.h's packing), as 8 int16 each,
+ * decoded 4 bytes at a time. */
+static AI void q4_k_scales(const uint8_t s[12], __m128i *sc16, __m128i *m16)
+{
+    uint32_t u[3];
+    memcpy(u, s, sizeof u);
+    uint32_t s_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
+    uint32_t s_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 6) & 0x03030303u) << 4;
+    uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 6) & 0x03030303u) << 4;
+    *sc16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)s_hi, (int)s_lo));
+    *m16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo));
+}
+
+/* The 32 nibbles of 16 packed bytes in element order: low nibbles are elements 0..15, high
+ * nibbles 16..31 (Q4_0's packing, shared by Q4_1, Q5_*, IQ4_*). */
+static AI __m256i nibbles(const uint8_t *qs)
+{
+    __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));
+}
+
+/* IQ4's 16 non-linear values in both 128-bit halves, for a byte shuffle. */
+static AI __m256i iq4_table(void)
+{
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4_values));
+}
+
+#ifdef __AVX512F__
+static AI __m512i join(__m256i lo, __m256i hi)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* Two f16 scales as 16 floats: a in lanes 0-7, b in lanes 8-15. */
+static AI __m512 scales2(uint16_t a, uint16_t b)
+{
+    __m256i h = _mm256_set_m128i(_mm_set1_epi16((short)b), _mm_set1_epi16((short)a));
+    return _mm512_cvtph_ps(h);
+}
+#endif
+
+#endif
