@@ -415,12 +415,14 @@ static void handle_models(struct front *f, struct evhttp_request *http)
 
 static void handle_health(struct front *f, struct evhttp_request *http)
 {
-    /* the workers' part is the supervisor's; the model and the queue are the front's */
+    /* the workers as the supervisor sees them; the model and the queue are the front's */
     int status = 500;
     const char *authz =
         evhttp_find_header(evhttp_request_get_input_headers(http), "Authorization");
     bool details = auth_may_see_details(&f->auth, authz);
-    json_t *j = supervisor_health(f->workers, details, &status);
+    struct supervisor_view *v = supervisor_view(f->sup);
+    json_t *j = v ? api_health_json(v, details, &status) : NULL;
+    free(v);
     if (j && details) {
         json_object_set_new(j, "model", json_string(f->model.name));
         json_object_set_new(j, "waiting", json_integer(f->queue.n));
@@ -481,22 +483,22 @@ void api_free(struct front *f)
 
 static void handle_metrics(struct front *f, struct evhttp_request *http)
 {
-    uint32_t n = workers_count(f->workers), running = 0;
+    struct supervisor_view *sv = supervisor_view(f->sup);
+    uint32_t n = sv ? sv->n : 0, running = 0;
     struct metrics_worker_view *views = calloc(n ? n : 1, sizeof(*views));
     struct evbuffer *body = evbuffer_new();
     size_t len = 0;
     char *text = NULL;
 
     for (uint32_t i = 0; views && i < n; i++) {
-        struct worker *w = workers_get(f->workers, i);
-        views[i].id = w->id;
-        views[i].state = supervisor_state_name(w);
-        views[i].restarts = w->n_spawns ? w->n_spawns - 1 : 0;
-        views[i].hdr = w->pid ? w->reg.hdr : NULL;
-        running += w->used;
+        views[i].id = sv->w[i].id;
+        views[i].state = worker_life_name(sv->w[i].life);
+        views[i].restarts = sv->w[i].restarts;
+        views[i].hdr = sv->w[i].hdr;
+        running += sv->w[i].running;
     }
     metrics_set_requests(&f->metrics, running, f->queue.n);
-    if (!views || !body || !(text = metrics_render(&f->metrics, views, n, &len))) {
+    if (!sv || !views || !body || !(text = metrics_render(&f->metrics, views, n, &len))) {
         api_send_error(http, 500, "server_error", "out of memory", NULL, NULL);
         goto out;
     }
@@ -507,6 +509,7 @@ static void handle_metrics(struct front *f, struct evhttp_request *http)
 out:
     free(text);
     free(views);
+    free(sv);
     if (body)
         evbuffer_free(body);
 }

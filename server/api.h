@@ -22,6 +22,7 @@ struct kiln_config;
 struct tokenizer;
 struct gguf;
 struct workers;
+struct supervisor;
 struct request;
 
 /* What the front knows of the model: enough to encode, template and check lengths. */
@@ -41,7 +42,8 @@ struct front {
     struct event_base *base;
     struct evhttp *http;
     struct front_model model;
-    struct workers *workers;
+    struct workers *workers;  /* the worker table: records and dispatch */
+    struct supervisor *sup;   /* the worker processes */
     struct queue queue;
     struct request_list requests; /* every live request */
     uint32_t n_requests;

@@ -24,6 +24,18 @@ struct perr {
 int api_bad(struct perr *e, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+struct supervisor_view;
+/* /health's body (api_health.c) from the workers' view: {"status", "running", "workers":
+ * [{"id", "state", "pid" (null when none), "running" (jobs it holds), "waiting" (received,
+ * not admitted), "active" (sequences generating), "restarts", "cache", "restart_in_ms" (in
+ * backoff), "last_exit", "last_exit_at" (ISO 8601 UTC), "last_error"}]}; the caller adds the
+ * model and the front's queue. status: "draining" while shutting down, "ok" when every
+ * worker is ready, "degraded" when some are, else "unavailable"; *http_status is 200 for
+ * ok/degraded, else 503. Without details (a caller without the key, when keys are set) only
+ * {"status"}: "ok" when a worker can serve, "loading" while one starts and none can,
+ * "draining", else "failed". Returns NULL (*http_status 500) when out of memory. */
+json_t *api_health_json(const struct supervisor_view *v, bool details, int *http_status);
+
 /* What api_parse_common() gives back besides the fields it sets in r. */
 struct api_params {
     uint32_t max_tokens; /* 0: not given */

@@ -103,7 +103,7 @@ static void begin_stop(struct shutdown *sd)
         request_fail(r, 503, "server_error", "the server is shutting down", NULL,
                      "shutting_down");
     }
-    supervisor_stop(f->workers, WORKER_STOP_MS, on_workers_stopped, sd);
+    supervisor_stop(f->sup, WORKER_STOP_MS, on_workers_stopped, sd);
 }
 
 static void on_drain_tick(evutil_socket_t fd, short what, void *arg)
@@ -129,7 +129,7 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
         sd->phase = FRONT_DRAINING;
         service_stopping(sd->svc, "draining: running requests finish, no new ones");
         http_stop_listening(f->http, sd->conns);
-        supervisor_drain(f->workers);
+        supervisor_drain(f->sup);
         clock_gettime(CLOCK_MONOTONIC, &sd->deadline);
         sd->deadline.tv_sec += f->cfg->drain_ms / 1000;
         sd->deadline.tv_nsec += (long)(f->cfg->drain_ms % 1000) * 1000000L;
@@ -144,7 +144,7 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
     }
     log_warn("%s again: stopping now", strsignal((int)sig));
     sd->hard = true;
-    supervisor_kill_all(f->workers);
+    supervisor_kill_all(f->sup);
     event_base_loopbreak(f->base);
 }
 
@@ -241,7 +241,8 @@ int main(int argc, char **argv)
     }
     if (queue_init(&f.queue, &f, cfg.max_waiting) < 0)
         goto out;
-    if (!(f.workers = workers_create(f.base, &cfg, f.model.max_context, &ops, &f)))
+    if (!(f.workers = workers_create(f.base, &cfg, &ops, &f)) ||
+        !(f.sup = supervisor_create(f.base, &cfg, f.workers, f.model.max_context)))
         goto out;
     if (!(f.http = http_create(f.base, &cfg, &f.metrics, api_handle, &f, &port, &sd.conns)))
         goto out;
@@ -269,7 +270,8 @@ int main(int argc, char **argv)
 out:
     while (!TAILQ_EMPTY(&f.requests))
         request_abort(TAILQ_FIRST(&f.requests));
-    workers_destroy(f.workers, sd.hard ? 0 : WORKER_STOP_MS);
+    supervisor_destroy(f.sup, sd.hard ? 0 : WORKER_STOP_MS);
+    workers_destroy(f.workers);
     http_destroy(f.http, sd.conns);
     if (sd.ev_tick)
         event_free(sd.ev_tick);

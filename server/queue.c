@@ -12,6 +12,7 @@
 #include "log.h"
 #include "proto.h"
 #include "request.h"
+#include "supervisor.h"
 #include "workers.h"
 
 static void on_no_worker(evutil_socket_t fd, short what, void *arg);
@@ -98,7 +99,7 @@ static void queue_watch(struct queue *q)
 
 int queue_admit(struct queue *q, struct request *r)
 {
-    if (!workers_any_alive(q->f->workers) || workers_draining(q->f->workers))
+    if (!workers_any_alive(q->f->workers) || supervisor_draining(q->f->sup))
         return -ENODEV;
     if (q->n >= q->max) {
         queue_prune(q);
@@ -164,7 +165,7 @@ void queue_dispatch(struct queue *q)
         r->started = false;
         q->f->metrics.routed[why]++;
     }
-    if (q->n > 0 && !workers_any_hope(q->f->workers))
+    if (q->n > 0 && !supervisor_any_hope(q->f->sup))
         queue_fail_all(q, "no worker is available (see /health)");
     queue_watch(q);
 }

@@ -620,9 +620,9 @@ static void emit_finished(struct request *r, enum finish_reason reason, uint32_t
 
 /* While no worker can serve, a client should come back when the next one may: the time to
  * the next restart attempt, in whole seconds rounded up (at least 1). */
-static void set_retry_after(struct evhttp_request *http, struct workers *ws)
+static void set_retry_after(struct evhttp_request *http, struct supervisor *sup)
 {
-    int64_t ms = supervisor_retry_after_ms(ws);
+    int64_t ms = supervisor_retry_after_ms(sup);
     char v[24];
     if (ms < 0)
         return; /* none planned: api_send_error's default */
@@ -646,7 +646,7 @@ void request_fail(struct request *r, int status, const char *type, const char *m
             evhttp_send_reply_end(lead->http);
         } else {
             if (status == 503 && code && strcmp(code, "no_worker") == 0)
-                set_retry_after(lead->http, r->f->workers);
+                set_retry_after(lead->http, r->f->sup);
             api_send_error(lead->http, status, type, message, param, code);
         }
         lead->http = NULL;

@@ -29,13 +29,13 @@ struct service {
 
 void service_status_line(struct front *f, char *buf, size_t len)
 {
-    uint32_t n = workers_count(f->workers), ready = 0, failed = 0;
+    struct supervisor_view *v = supervisor_view(f->sup);
+    uint32_t n = v ? v->n : 0, ready = 0, failed = 0;
     for (uint32_t i = 0; i < n; i++) {
-        struct worker *w = workers_get(f->workers, i);
-        enum worker_life l = worker_life_get(w);
-        ready += l == WORKER_LIFE_READY;
-        failed += strcmp(supervisor_state_name(w), "failed") == 0;
+        ready += v->w[i].life == WORKER_LIFE_READY;
+        failed += v->w[i].life == WORKER_LIFE_FAILED;
     }
+    free(v);
     snprintf(buf, len, "%u/%u workers ready, %u failed; %u running, %u waiting", ready, n,
              failed, f->n_active, f->queue.n);
 }

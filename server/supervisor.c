@@ -1,13 +1,15 @@
-/* The lives of the worker processes: spawn (region, eventfds, stderr pipe, fork+exec), their
- * stderr forwarded line by line and its tail kept, reaping on SIGCHLD with the cause named,
- * respawn with an exponential backoff, the heartbeat watchdog, the shutdown stop, /health.
- * Records and job slots are workers.c's. */
+/* The lives of the worker processes (supervisor.h): spawn (region, eventfds, stderr pipe,
+ * fork+exec) and attach to the table, their stderr forwarded line by line and its tail kept,
+ * reaping on SIGCHLD with the cause named and detach, respawn with an exponential backoff,
+ * the heartbeat watchdog, the shutdown stop, the view /health and /metrics render. Records
+ * and job slots are the table's (workers.c). */
 #include "supervisor.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <libgen.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,7 @@
 #include "log.h"
 #include "notify.h"
 #include "shm_region.h"
+#include "workers.h"
 
 /* Ring sizes: the worker-bound ring holds a few maximal JOBs (WIRE_MAX_MSG each); the
  * front-bound one about 4,600 TOKEN records, which the front drains every turn. It is kept
@@ -36,8 +39,56 @@
 #define CHILD_WAKE_FD   4
 #define CHILD_NOTIFY_FD 5
 
-/* Lines of a dead worker's stderr quoted in the error its requests get. */
+/* Lines of a dead worker's stderr quoted in the log line of its death. */
 #define CAUSE_LINES 3
+
+/* Bytes of a worker's stderr kept for the cause of its death. */
+#define WORKER_ERR_TAIL 2048
+/* Longest stderr line held back while its end has not come (longer ones go out in parts). */
+#define WORKER_ERR_LINE 1024
+
+/* One worker's process (the worker of the table with the same index). */
+struct proc {
+    struct supervisor *s;
+    struct worker *w;
+    pid_t pid; /* 0 when no process runs (it was reaped) */
+    enum worker_life life;
+    struct event *ev_respawn;
+    int err_fd; /* read end of the process's stderr pipe; -1 when none */
+    struct event *ev_err;
+    char err_tail[WORKER_ERR_TAIL]; /* the last bytes it wrote to stderr (not NUL-terminated) */
+    uint32_t err_tail_len;
+    char err_line[WORKER_ERR_LINE]; /* a line being forwarded, its end not read yet */
+    uint32_t err_line_len;
+    uint32_t start_failures; /* deaths in a row before READY */
+    uint32_t deaths_in_row;  /* deaths since the last minute of health: the backoff's exponent */
+    uint32_t n_spawns;
+    int64_t ready_at_ms;     /* monotonic; when it was seen READY */
+    int64_t respawn_at_ms;   /* monotonic; when a worker in backoff respawns */
+    uint64_t hb_last;        /* watchdog: the heartbeat last seen ... */
+    int64_t hb_at_ms;        /* ... and since when (monotonic) */
+    bool watchdog_killed;    /* SIGKILLed for making no progress */
+    char last_exit[160];     /* "was killed by signal 11 (Segmentation fault)"; "" if none */
+    int64_t last_exit_at;    /* unix milliseconds of last_exit */
+    char last_error[256];    /* the last line it wrote to stderr before it died; "" if none */
+};
+
+struct supervisor {
+    struct event_base *base;
+    const struct kiln_config *cfg;
+    struct workers *ws;
+    uint32_t max_context;
+    char exe[PATH_MAX];
+    struct event *ev_sigchld;
+    struct event *ev_watchdog; /* pending while some worker process lives */
+    struct event *ev_stop;     /* the grace period of a stop: SIGKILL when it ends */
+    bool draining;             /* shutting down: no respawns, no new requests */
+    bool stopping;             /* the workers were told to exit */
+    void (*on_stopped)(void *arg);
+    void *on_stopped_arg;
+    uint32_t n;
+    struct proc p[];
+};
 
 static int64_t mono_ms(void)
 {
@@ -51,6 +102,32 @@ static int64_t wall_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+const char *worker_life_name(enum worker_life l)
+{
+    switch (l) {
+    case WORKER_LIFE_STARTING:
+        return "starting";
+    case WORKER_LIFE_READY:
+        return "ready";
+    case WORKER_LIFE_BACKOFF:
+        return "backoff";
+    case WORKER_LIFE_FAILED:
+        return "failed";
+    case WORKER_LIFE_STOPPED:
+        return "stopped";
+    }
+    return "unknown";
+}
+
+/* p's life now: the table is asked whether a starting worker became READY (its event sets
+ * p->life). */
+static enum worker_life life_get(struct proc *p)
+{
+    if (p->life == WORKER_LIFE_STARTING)
+        (void)worker_is_ready(p->w);
+    return p->life;
 }
 
 /* ---- stderr: forwarded as whole lines, the tail kept ---- */
@@ -68,61 +145,61 @@ static void forward(const char *b, size_t n)
     }
 }
 
-static void tail_append(struct worker *w, const char *b, size_t n)
+static void tail_append(struct proc *p, const char *b, size_t n)
 {
     if (n >= WORKER_ERR_TAIL) {
-        memcpy(w->err_tail, b + n - WORKER_ERR_TAIL, WORKER_ERR_TAIL);
-        w->err_tail_len = WORKER_ERR_TAIL;
+        memcpy(p->err_tail, b + n - WORKER_ERR_TAIL, WORKER_ERR_TAIL);
+        p->err_tail_len = WORKER_ERR_TAIL;
         return;
     }
-    if (w->err_tail_len + n > WORKER_ERR_TAIL) {
-        size_t drop = w->err_tail_len + n - WORKER_ERR_TAIL;
-        memmove(w->err_tail, w->err_tail + drop, w->err_tail_len - drop);
-        w->err_tail_len -= (uint32_t)drop;
+    if (p->err_tail_len + n > WORKER_ERR_TAIL) {
+        size_t drop = p->err_tail_len + n - WORKER_ERR_TAIL;
+        memmove(p->err_tail, p->err_tail + drop, p->err_tail_len - drop);
+        p->err_tail_len -= (uint32_t)drop;
     }
-    memcpy(w->err_tail + w->err_tail_len, b, n);
-    w->err_tail_len += (uint32_t)n;
+    memcpy(p->err_tail + p->err_tail_len, b, n);
+    p->err_tail_len += (uint32_t)n;
 }
 
 /* Forward what is held of an unfinished line (at death, or when it grew too long). */
-static void line_flush(struct worker *w, bool add_newline)
+static void line_flush(struct proc *p, bool add_newline)
 {
-    if (!w->err_line_len)
+    if (!p->err_line_len)
         return;
-    forward(w->err_line, w->err_line_len);
+    forward(p->err_line, p->err_line_len);
     if (add_newline)
         forward("\n", 1);
-    w->err_line_len = 0;
+    p->err_line_len = 0;
 }
 
 /* Whole lines go out at once, so they do not interleave with the front's own log lines. */
-static void err_consume(struct worker *w, const char *b, size_t n)
+static void err_consume(struct proc *p, const char *b, size_t n)
 {
     const char *nl = memrchr(b, '\n', n);
-    tail_append(w, b, n);
+    tail_append(p, b, n);
     if (nl) {
-        line_flush(w, false);
+        line_flush(p, false);
         forward(b, (size_t)(nl + 1 - b));
         n -= (size_t)(nl + 1 - b);
         b = nl + 1;
     }
-    if (w->err_line_len + n > WORKER_ERR_LINE) {
-        line_flush(w, false);
+    if (p->err_line_len + n > WORKER_ERR_LINE) {
+        line_flush(p, false);
         forward(b, n);
         return;
     }
-    memcpy(w->err_line + w->err_line_len, b, n);
-    w->err_line_len += (uint32_t)n;
+    memcpy(p->err_line + p->err_line_len, b, n);
+    p->err_line_len += (uint32_t)n;
 }
 
 /* Read what the pipe holds. Returns 0 (would block), 1 at its end, or -errno. */
-static int err_read(struct worker *w)
+static int err_read(struct proc *p)
 {
     char buf[4096];
     for (;;) {
-        ssize_t n = read(w->err_fd, buf, sizeof(buf));
+        ssize_t n = read(p->err_fd, buf, sizeof(buf));
         if (n > 0) {
-            err_consume(w, buf, (size_t)n);
+            err_consume(p, buf, (size_t)n);
             continue;
         }
         if (n == 0)
@@ -135,21 +212,21 @@ static int err_read(struct worker *w)
 
 static void on_err(evutil_socket_t fd, short what, void *arg)
 {
-    struct worker *w = arg;
+    struct proc *p = arg;
     (void)fd;
     (void)what;
-    if (err_read(w) != 0) {
+    if (err_read(p) != 0) {
         /* at its end a pipe stays readable: stop watching, the fd closes with the worker */
-        line_flush(w, true);
-        event_del(w->ev_err);
+        line_flush(p, true);
+        event_del(p->ev_err);
     }
 }
 
 /* The last n lines of the tail, joined with " | ", printable ASCII only (it goes into JSON). */
-static void tail_lines(const struct worker *w, unsigned n, char *out, size_t cap)
+static void tail_lines(const struct proc *p, unsigned n, char *out, size_t cap)
 {
-    const char *t = w->err_tail;
-    size_t end = w->err_tail_len, start;
+    const char *t = p->err_tail;
+    size_t end = p->err_tail_len, start;
     unsigned lines = 0;
     size_t o = 0;
 
@@ -176,6 +253,81 @@ static void tail_lines(const struct worker *w, unsigned n, char *out, size_t cap
     out[o] = '\0';
 }
 
+/* Close the stderr pipe of p's last process. */
+static void close_err(struct proc *p)
+{
+    if (p->ev_err) {
+        event_free(p->ev_err);
+        p->ev_err = NULL;
+    }
+    if (p->err_fd >= 0)
+        (void)close(p->err_fd);
+    p->err_fd = -1;
+}
+
+/* ---- the watchdog ---- */
+
+uint32_t supervisor_heartbeat_ms(const struct kiln_config *c)
+{
+    uint32_t ms = c->watchdog_ms / 4;
+    return ms < 10 ? 10 : ms > 1000 ? 1000 : ms;
+}
+
+static void watchdog_arm(struct supervisor *s)
+{
+    uint32_t ms = supervisor_heartbeat_ms(s->cfg);
+    if (!s->cfg->watchdog_ms || evtimer_pending(s->ev_watchdog, NULL))
+        return;
+    struct timeval tv = {ms / 1000, (long)(ms % 1000) * 1000};
+    evtimer_add(s->ev_watchdog, &tv);
+}
+
+/* Watch p's heartbeat from now on. */
+static void watch_from_now(struct proc *p)
+{
+    const struct shm_region_hdr *hdr = p->w->reg.hdr;
+    p->hb_at_ms = mono_ms();
+    p->hb_last = hdr ? atomic_load_explicit(&hdr->heartbeat, memory_order_relaxed) : 0;
+    watchdog_arm(p->s);
+}
+
+/* Runs while any worker process lives, busy or idle (an idle worker beats every
+ * supervisor_heartbeat_ms): a worker stopped or wedged while idle is killed and replaced
+ * before work is sent to it. */
+static void on_watchdog(evutil_socket_t fd, short what, void *arg)
+{
+    struct supervisor *s = arg;
+    int64_t now = mono_ms();
+    bool busy = false;
+    (void)fd;
+    (void)what;
+    for (uint32_t i = 0; i < s->n; i++) {
+        struct proc *p = &s->p[i];
+        struct worker *w = p->w;
+        if (p->pid <= 0 || w->poisoned || p->watchdog_killed)
+            continue;
+        busy = true;
+        if (life_get(p) != WORKER_LIFE_READY || !w->reg.hdr) {
+            p->hb_at_ms = now; /* loading a model is not a hang: count from READY */
+            continue;
+        }
+        uint64_t hb = atomic_load_explicit(&w->reg.hdr->heartbeat, memory_order_relaxed);
+        if (hb != p->hb_last) {
+            p->hb_last = hb;
+            p->hb_at_ms = now;
+        } else if (now - p->hb_at_ms >= (int64_t)s->cfg->watchdog_ms) {
+            log_error("worker %u (pid %ld) made no progress for %lld ms with %u job(s) "
+                      "(busy or idle, it beats at least every %u ms); killing it",
+                      w->id, (long)p->pid, (long long)(now - p->hb_at_ms), w->used,
+                      supervisor_heartbeat_ms(s->cfg));
+            p->watchdog_killed = true;
+            (void)kill(p->pid, SIGKILL);
+        }
+    }
+    if (busy)
+        watchdog_arm(s);
+}
+
 /* ---- spawning ---- */
 
 /* In the child: move fd to a number above the fixed ones, so the dup2s below never clash. */
@@ -184,10 +336,11 @@ static int child_lift_fd(int fd)
     return fcntl(fd, F_DUPFD_CLOEXEC, 16);
 }
 
-static void child_exec(struct worker *w, int err_w, char *const argv[])
+static void child_exec(const char *exe, int shm_fd, int wake_fd, int notify_fd, int err_w,
+                       char *const argv[])
 {
-    int shm = child_lift_fd(w->reg.fd), wake = child_lift_fd(w->wake_fd);
-    int note = child_lift_fd(w->notify_fd), err = child_lift_fd(err_w);
+    int shm = child_lift_fd(shm_fd), wake = child_lift_fd(wake_fd);
+    int note = child_lift_fd(notify_fd), err = child_lift_fd(err_w);
     sigset_t none;
 
     if (shm < 0 || wake < 0 || note < 0 || err < 0)
@@ -199,63 +352,33 @@ static void child_exec(struct worker *w, int err_w, char *const argv[])
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
-    execv(w->ws->exe, argv);
-    dprintf(STDERR_FILENO, "kiln: exec %s failed: %s\n", w->ws->exe, strerror(errno));
+    execv(exe, argv);
+    dprintf(STDERR_FILENO, "kiln: exec %s failed: %s\n", exe, strerror(errno));
     _exit(127);
 }
 
-void supervisor_close_worker(struct worker *w)
+/* Start p's process and attach its channel to the table. Returns 0 or -errno (logged);
+ * nothing is left open on error. */
+static int spawn(struct proc *p)
 {
-    if (w->ev_notify) {
-        event_free(w->ev_notify);
-        w->ev_notify = NULL;
-    }
-    if (w->ev_err) {
-        event_free(w->ev_err);
-        w->ev_err = NULL;
-    }
-    if (w->err_fd >= 0)
-        (void)close(w->err_fd);
-    if (w->wake_fd >= 0)
-        (void)close(w->wake_fd);
-    if (w->notify_fd >= 0)
-        (void)close(w->notify_fd);
-    w->wake_fd = w->notify_fd = w->err_fd = -1;
-    shm_region_destroy(&w->reg);
-    memset(&w->reg, 0, sizeof(w->reg));
-    w->reg.fd = -1;
-}
-
-static void on_notify_spawned(struct worker *w)
-{
-    event_add(w->ev_notify, NULL);
-    /* say we sleep; if the worker was quicker, read at once */
-    if (!notify_prepare_sleep(&w->reg.to_front))
-        event_active(w->ev_notify, EV_READ, 0);
-}
-
-int supervisor_spawn(struct worker *w)
-{
-    struct workers *ws = w->ws;
-    const struct kiln_config *c = ws->cfg;
+    struct supervisor *s = p->s;
+    struct worker *w = p->w;
+    const struct kiln_config *c = s->cfg;
+    struct shm_region reg = {.fd = -1};
     char a_id[16], a_ppid[24], a_shm[8], a_wake[8], a_note[8], a_seq[16], a_pre[16], a_ctx[16];
     char a_thr[16], a_delay[16], a_load[16], a_kv[16], a_hb[16];
     char *argv[40];
-    int n = 0, err, pipefd[2] = {-1, -1};
+    int n = 0, err, pipefd[2] = {-1, -1}, wake_fd = -1, notify_fd = -1, shm_fd;
     pid_t pid;
 
-    memset(&w->reg, 0, sizeof(w->reg));
-    w->reg.fd = -1;
-    w->wake_fd = w->notify_fd = w->err_fd = -1;
-    w->poisoned = false;
-    w->watchdog_killed = false;
-    w->err_tail_len = w->err_line_len = 0;
-    if ((err = shm_region_create(&w->reg, TO_WORKER_RING, TO_FRONT_RING)) < 0) {
+    p->watchdog_killed = false;
+    p->err_tail_len = p->err_line_len = 0;
+    if ((err = shm_region_create(&reg, TO_WORKER_RING, TO_FRONT_RING)) < 0) {
         log_error("worker %u: shared region: %s", w->id, strerror(-err));
         goto fail;
     }
-    if ((w->wake_fd = notify_eventfd()) < 0 || (w->notify_fd = notify_eventfd()) < 0) {
-        err = w->wake_fd < 0 ? w->wake_fd : w->notify_fd;
+    if ((wake_fd = notify_eventfd()) < 0 || (notify_fd = notify_eventfd()) < 0) {
+        err = wake_fd < 0 ? wake_fd : notify_fd;
         log_error("worker %u: eventfd: %s", w->id, strerror(-err));
         goto fail;
     }
@@ -265,11 +388,10 @@ int supervisor_spawn(struct worker *w)
         log_error("worker %u: stderr pipe: %s", w->id, strerror(-err));
         goto fail;
     }
-    w->err_fd = pipefd[0];
+    p->err_fd = pipefd[0];
     pipefd[0] = -1;
-    w->ev_notify = event_new(ws->base, w->notify_fd, EV_READ | EV_PERSIST, workers_on_notify, w);
-    w->ev_err = event_new(ws->base, w->err_fd, EV_READ | EV_PERSIST, on_err, w);
-    if (!w->ev_notify || !w->ev_err) {
+    p->ev_err = event_new(s->base, p->err_fd, EV_READ | EV_PERSIST, on_err, p);
+    if (!p->ev_err) {
         err = -ENOMEM;
         goto fail;
     }
@@ -281,12 +403,12 @@ int supervisor_spawn(struct worker *w)
     snprintf(a_note, sizeof(a_note), "%d", CHILD_NOTIFY_FD);
     snprintf(a_seq, sizeof(a_seq), "%u", c->max_sequences);
     snprintf(a_pre, sizeof(a_pre), "%u", c->max_prefill_tokens);
-    snprintf(a_ctx, sizeof(a_ctx), "%u", ws->max_context);
+    snprintf(a_ctx, sizeof(a_ctx), "%u", s->max_context);
     snprintf(a_thr, sizeof(a_thr), "%u", c->threads);
     snprintf(a_kv, sizeof(a_kv), "%u", c->kv_cache_tokens);
     snprintf(a_delay, sizeof(a_delay), "%u", c->mock_delay_ms);
     snprintf(a_load, sizeof(a_load), "%u", c->mock_load_ms);
-    argv[n++] = ws->exe;
+    argv[n++] = s->exe;
     argv[n++] = "--id";
     argv[n++] = a_id;
     argv[n++] = "--parent-pid"; /* it exits if we are gone before its PDEATHSIG is set */
@@ -339,20 +461,26 @@ int supervisor_spawn(struct worker *w)
     }
     argv[n] = NULL;
 
+    /* the table owns the region and eventfds from here; the child inherits their numbers */
+    shm_fd = reg.fd;
+    if ((err = worker_attach(w, &reg, wake_fd, notify_fd)) < 0)
+        goto fail;
+    wake_fd = notify_fd = -1;
     pid = fork();
     if (pid < 0) {
         err = -errno;
         log_error("worker %u: fork: %s", w->id, strerror(-err));
+        worker_detach(w, "could not be started");
         goto fail;
     }
     if (pid == 0)
-        child_exec(w, pipefd[1], argv);
+        child_exec(s->exe, shm_fd, w->wake_fd, w->notify_fd, pipefd[1], argv);
     (void)close(pipefd[1]); /* the child's now: its end tells us when it is gone */
-    w->pid = pid;
-    w->life = WORKER_LIFE_STARTING;
-    w->n_spawns++;
-    event_add(w->ev_err, NULL);
-    on_notify_spawned(w);
+    p->pid = pid;
+    p->life = WORKER_LIFE_STARTING;
+    p->n_spawns++;
+    event_add(p->ev_err, NULL);
+    watchdog_arm(s);
     log_info("worker %u spawned (pid %ld)", w->id, (long)pid);
     return 0;
 fail:
@@ -360,114 +488,137 @@ fail:
         (void)close(pipefd[0]);
     if (pipefd[1] >= 0)
         (void)close(pipefd[1]);
-    supervisor_close_worker(w);
+    if (wake_fd >= 0)
+        (void)close(wake_fd);
+    if (notify_fd >= 0)
+        (void)close(notify_fd);
+    shm_region_destroy(&reg);
+    close_err(p);
     return err;
 }
 
-void supervisor_ready(struct worker *w)
+/* ---- what the table tells ---- */
+
+static void on_ready(void *ctx, struct worker *w)
 {
-    w->start_failures = 0;
-    w->ready_at_ms = mono_ms();
-    supervisor_work_began(w); /* the watchdog counts from READY, busy or not */
-    log_info("worker %u (pid %ld) ready", w->id, (long)w->pid);
+    struct supervisor *s = ctx;
+    struct proc *p = &s->p[w->id];
+    if (p->life == WORKER_LIFE_STARTING)
+        p->life = WORKER_LIFE_READY;
+    p->start_failures = 0;
+    p->ready_at_ms = mono_ms();
+    watch_from_now(p); /* the watchdog counts from READY, busy or not */
+    log_info("worker %u (pid %ld) ready", w->id, (long)p->pid);
 }
 
-void supervisor_poison(struct worker *w, const char *why)
+static void on_poisoned(void *ctx, struct worker *w, const char *why)
 {
-    log_error("worker %u (pid %ld): %s; killing it", w->id, (long)w->pid, why);
-    w->poisoned = true;
-    if (w->ev_notify)
-        event_del(w->ev_notify);
-    if (w->pid > 0)
-        (void)kill(w->pid, SIGKILL);
+    struct supervisor *s = ctx;
+    struct proc *p = &s->p[w->id];
+    log_error("worker %u (pid %ld): %s; killing it", w->id, (long)p->pid, why);
+    if (p->pid > 0)
+        (void)kill(p->pid, SIGKILL);
 }
+
+static const struct workers_events table_events = {on_ready, on_poisoned};
 
 /* ---- death and respawn ---- */
 
-static void check_stopped(struct workers *ws)
+static void check_stopped(struct supervisor *s)
 {
     void (*done)(void *);
-    if (!ws->stopping || !ws->on_stopped)
+    if (!s->stopping || !s->on_stopped)
         return;
-    for (uint32_t i = 0; i < ws->n; i++)
-        if (ws->w[i].pid > 0)
+    for (uint32_t i = 0; i < s->n; i++)
+        if (s->p[i].pid > 0)
             return;
-    evtimer_del(ws->ev_stop);
-    done = ws->on_stopped;
-    ws->on_stopped = NULL;
-    done(ws->on_stopped_arg);
+    evtimer_del(s->ev_stop);
+    done = s->on_stopped;
+    s->on_stopped = NULL;
+    done(s->on_stopped_arg);
 }
 
 /* A death in a row more: respawn after the backoff. One that keeps failing before it is
  * ready is marked failed (so requests stop waiting for it) but is still tried again at the
  * backoff cap: a transient cause (memory short at load) must not need a kiln restart. */
-static void plan_respawn(struct worker *w, bool was_ready)
+static void plan_respawn(struct proc *p, bool was_ready)
 {
-    struct workers *ws = w->ws;
+    struct supervisor *s = p->s;
     int64_t now = mono_ms();
     uint64_t ms;
 
-    if (ws->draining) {
-        w->life = WORKER_LIFE_STOPPED;
+    if (s->draining) {
+        p->life = WORKER_LIFE_STOPPED;
         return;
     }
-    if (was_ready && now - w->ready_at_ms >= SUPERVISOR_HEALTHY_MS)
-        w->deaths_in_row = 0; /* a minute of health: start the backoff over */
-    w->deaths_in_row++;
-    ms = (uint64_t)ws->cfg->restart_backoff_ms
-         << (w->deaths_in_row - 1 < 20 ? w->deaths_in_row - 1 : 20);
+    if (was_ready && now - p->ready_at_ms >= SUPERVISOR_HEALTHY_MS)
+        p->deaths_in_row = 0; /* a minute of health: start the backoff over */
+    p->deaths_in_row++;
+    ms = (uint64_t)s->cfg->restart_backoff_ms
+         << (p->deaths_in_row - 1 < 20 ? p->deaths_in_row - 1 : 20);
     if (ms > SUPERVISOR_BACKOFF_MAX_MS)
         ms = SUPERVISOR_BACKOFF_MAX_MS;
-    w->life = WORKER_LIFE_BACKOFF;
-    if (!was_ready && ++w->start_failures >= SUPERVISOR_MAX_START_FAILURES) {
-        w->life = WORKER_LIFE_FAILED;
+    p->life = WORKER_LIFE_BACKOFF;
+    if (!was_ready && ++p->start_failures >= SUPERVISOR_MAX_START_FAILURES) {
+        p->life = WORKER_LIFE_FAILED;
         ms = SUPERVISOR_BACKOFF_MAX_MS;
-        if (w->start_failures == SUPERVISOR_MAX_START_FAILURES)
+        if (p->start_failures == SUPERVISOR_MAX_START_FAILURES)
             log_error("worker %u failed %u times in a row before it was ready; marked failed, "
                       "retrying every %u ms (last error: %s)",
-                      w->id, w->start_failures, SUPERVISOR_BACKOFF_MAX_MS,
-                      w->last_error[0] ? w->last_error : w->last_exit);
+                      p->w->id, p->start_failures, SUPERVISOR_BACKOFF_MAX_MS,
+                      p->last_error[0] ? p->last_error : p->last_exit);
     }
-    w->respawn_at_ms = now + (int64_t)ms;
+    p->respawn_at_ms = now + (int64_t)ms;
     struct timeval tv = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000};
-    evtimer_add(w->ev_respawn, &tv);
-    log_info("worker %u restarts in %" PRIu64 " ms", w->id, ms);
+    evtimer_add(p->ev_respawn, &tv);
+    log_info("worker %u restarts in %" PRIu64 " ms", p->w->id, ms);
 }
 
 static void on_respawn(evutil_socket_t fd, short what, void *arg)
 {
-    struct worker *w = arg;
+    struct proc *p = arg;
     (void)fd;
     (void)what;
-    if ((w->life != WORKER_LIFE_BACKOFF && w->life != WORKER_LIFE_FAILED) || w->ws->draining)
+    if ((p->life != WORKER_LIFE_BACKOFF && p->life != WORKER_LIFE_FAILED) || p->s->draining)
         return;
-    if (supervisor_spawn(w) < 0) {
-        snprintf(w->last_exit, sizeof(w->last_exit), "could not be started");
-        w->last_exit_at = wall_ms();
-        plan_respawn(w, false);
+    if (spawn(p) < 0) {
+        snprintf(p->last_exit, sizeof(p->last_exit), "could not be started");
+        p->last_exit_at = wall_ms();
+        plan_respawn(p, false);
         return;
     }
-    w->ws->ops->on_capacity(w->ws->ctx);
+    workers_kick(p->s->ws);
 }
 
-const char *supervisor_state_name(struct worker *w)
+/* The state /health and the metrics show for p: its life's name, except that a failed
+ * worker's new attempt reads "failed" until it is ready. */
+static enum worker_life shown_life(struct proc *p)
 {
-    enum worker_life l = worker_life_get(w);
-    /* a failed worker's retry shows as failed until it is ready */
-    if (l == WORKER_LIFE_STARTING && w->start_failures >= SUPERVISOR_MAX_START_FAILURES)
+    enum worker_life l = life_get(p);
+    if (l == WORKER_LIFE_STARTING && p->start_failures >= SUPERVISOR_MAX_START_FAILURES)
         l = WORKER_LIFE_FAILED;
-    return worker_life_name(l);
+    return l;
 }
 
-int64_t supervisor_retry_after_ms(struct workers *ws)
+bool supervisor_any_hope(struct supervisor *s)
+{
+    for (uint32_t i = 0; i < s->n; i++) {
+        enum worker_life l = life_get(&s->p[i]);
+        if (l == WORKER_LIFE_STARTING || l == WORKER_LIFE_READY || l == WORKER_LIFE_BACKOFF)
+            return true;
+    }
+    return false;
+}
+
+int64_t supervisor_retry_after_ms(struct supervisor *s)
 {
     int64_t now = mono_ms(), best = -1;
-    for (uint32_t i = 0; i < ws->n && !ws->draining; i++) {
-        struct worker *w = &ws->w[i];
-        enum worker_life l = worker_life_get(w);
+    for (uint32_t i = 0; i < s->n && !s->draining; i++) {
+        struct proc *p = &s->p[i];
+        enum worker_life l = life_get(p);
         int64_t in = 0;
         if (l == WORKER_LIFE_BACKOFF || l == WORKER_LIFE_FAILED)
-            in = w->respawn_at_ms > now ? w->respawn_at_ms - now : 0;
+            in = p->respawn_at_ms > now ? p->respawn_at_ms - now : 0;
         else if (l != WORKER_LIFE_STARTING && l != WORKER_LIFE_READY)
             continue;
         if (best < 0 || in < best)
@@ -476,278 +627,162 @@ int64_t supervisor_retry_after_ms(struct workers *ws)
     return best;
 }
 
-/* The process is gone (status from waitpid): name the cause, hand its last records and its
- * jobs back, free its region, plan a respawn. */
-static void worker_died(struct worker *w, int status)
+/* The process is gone (status from waitpid): name the cause, detach its channel (its last
+ * records count, its jobs are lost), plan a respawn. */
+static void worker_died(struct proc *p, int status)
 {
-    struct workers *ws = w->ws;
+    struct supervisor *s = p->s;
+    struct worker *w = p->w;
     char cause[256], tail[512], what[128], eid[20];
-    bool was_ready = worker_life_get(w) == WORKER_LIFE_READY;
-    long pid = (long)w->pid;
+    bool was_ready = life_get(p) == WORKER_LIFE_READY;
+    long pid = (long)p->pid;
     uint32_t rnd;
 
-    w->pid = 0; /* reaped: the number may be reused, never signal it again */
-    if (w->err_fd >= 0)
-        (void)err_read(w); /* its last words are all in the pipe now */
-    line_flush(w, true);
-    if (WIFSIGNALED(status) && w->watchdog_killed)
-        snprintf(w->last_exit, sizeof(w->last_exit),
+    p->pid = 0; /* reaped: the number may be reused, never signal it again */
+    if (p->err_fd >= 0)
+        (void)err_read(p); /* its last words are all in the pipe now */
+    line_flush(p, true);
+    if (WIFSIGNALED(status) && p->watchdog_killed)
+        snprintf(p->last_exit, sizeof(p->last_exit),
                  "was killed by the watchdog (signal %d): no progress for %u ms",
-                 WTERMSIG(status), ws->cfg->watchdog_ms);
+                 WTERMSIG(status), s->cfg->watchdog_ms);
     else if (WIFSIGNALED(status))
-        snprintf(w->last_exit, sizeof(w->last_exit), "was killed by signal %d (%s)",
+        snprintf(p->last_exit, sizeof(p->last_exit), "was killed by signal %d (%s)",
                  WTERMSIG(status), strsignal(WTERMSIG(status)));
     else
-        snprintf(w->last_exit, sizeof(w->last_exit), "exited with status %d",
+        snprintf(p->last_exit, sizeof(p->last_exit), "exited with status %d",
                  WEXITSTATUS(status));
-    w->last_exit_at = wall_ms();
-    tail_lines(w, 1, w->last_error, sizeof(w->last_error));
-    tail_lines(w, CAUSE_LINES, tail, sizeof(tail));
+    p->last_exit_at = wall_ms();
+    tail_lines(p, 1, p->last_error, sizeof(p->last_error));
+    tail_lines(p, CAUSE_LINES, tail, sizeof(tail));
     /* Clients get a short, stable cause and an error id; the id, PID and stderr tail go to
      * the log (and /health's details, behind the key), where an operator matches them. */
     if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != sizeof(rnd))
         rnd = (uint32_t)wall_ms() ^ (uint32_t)pid;
     snprintf(eid, sizeof(eid), "%08x", rnd);
-    if (WIFSIGNALED(status) && w->watchdog_killed)
+    if (WIFSIGNALED(status) && p->watchdog_killed)
         snprintf(what, sizeof(what), "was stopped by the watchdog (no progress for %u ms)",
-                 ws->cfg->watchdog_ms);
+                 s->cfg->watchdog_ms);
     else if (WIFSIGNALED(status))
         snprintf(what, sizeof(what), "crashed (signal %d)", WTERMSIG(status));
     else
         snprintf(what, sizeof(what), "exited (status %d)", WEXITSTATUS(status));
     snprintf(cause, sizeof(cause), "worker %u %s while running this request (error id %s)",
              w->id, what, eid);
-    if (ws->stopping)
-        log_info("worker %u (pid %ld) %s", w->id, pid, w->last_exit);
+    if (s->stopping)
+        log_info("worker %u (pid %ld) %s", w->id, pid, p->last_exit);
     else
-        log_error("worker %u (pid %ld) %s [error id %s]%s%s", w->id, pid, w->last_exit, eid,
+        log_error("worker %u (pid %ld) %s [error id %s]%s%s", w->id, pid, p->last_exit, eid,
                   tail[0] ? "; its last stderr lines: " : "", tail);
 
-    /* what it sent before it died counts (a DONE completes its job); then the rest is lost */
-    worker_drain_dead(w);
-    worker_lose_jobs(w, cause);
-    supervisor_close_worker(w);
-    plan_respawn(w, was_ready);
-    check_stopped(ws);
-    ws->ops->on_capacity(ws->ctx);
+    worker_detach(w, cause);
+    close_err(p);
+    plan_respawn(p, was_ready);
+    check_stopped(s);
+    workers_kick(s->ws);
 }
 
 static void on_sigchld(evutil_socket_t sig, short what, void *arg)
 {
-    struct workers *ws = arg;
+    struct supervisor *s = arg;
     int status;
     pid_t pid;
     (void)sig;
     (void)what;
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-        for (uint32_t i = 0; i < ws->n; i++)
-            if (ws->w[i].pid == pid)
-                worker_died(&ws->w[i], status);
+        for (uint32_t i = 0; i < s->n; i++)
+            if (s->p[i].pid == pid)
+                worker_died(&s->p[i], status);
     }
-}
-
-/* ---- the watchdog ---- */
-
-uint32_t supervisor_heartbeat_ms(const struct kiln_config *c)
-{
-    uint32_t ms = c->watchdog_ms / 4;
-    return ms < 10 ? 10 : ms > 1000 ? 1000 : ms;
-}
-
-static void watchdog_arm(struct workers *ws)
-{
-    uint32_t ms = ws->cfg->watchdog_ms / 4;
-    if (!ws->cfg->watchdog_ms || evtimer_pending(ws->ev_watchdog, NULL))
-        return;
-    ms = ms < 10 ? 10 : ms > 1000 ? 1000 : ms;
-    struct timeval tv = {ms / 1000, (long)(ms % 1000) * 1000};
-    evtimer_add(ws->ev_watchdog, &tv);
-}
-
-/* Runs while any worker process lives, busy or idle (an idle worker beats every
- * supervisor_heartbeat_ms): a worker stopped or wedged while idle is killed and replaced
- * before work is sent to it. */
-static void on_watchdog(evutil_socket_t fd, short what, void *arg)
-{
-    struct workers *ws = arg;
-    int64_t now = mono_ms();
-    bool busy = false;
-    (void)fd;
-    (void)what;
-    for (uint32_t i = 0; i < ws->n; i++) {
-        struct worker *w = &ws->w[i];
-        if (w->pid <= 0 || w->poisoned || w->watchdog_killed)
-            continue;
-        busy = true;
-        if (worker_life_get(w) != WORKER_LIFE_READY || !w->reg.hdr) {
-            w->hb_at_ms = now; /* loading a model is not a hang: count from READY */
-            continue;
-        }
-        uint64_t hb = atomic_load_explicit(&w->reg.hdr->heartbeat, memory_order_relaxed);
-        if (hb != w->hb_last) {
-            w->hb_last = hb;
-            w->hb_at_ms = now;
-        } else if (now - w->hb_at_ms >= (int64_t)ws->cfg->watchdog_ms) {
-            log_error("worker %u (pid %ld) made no progress for %lld ms with %u job(s) "
-                      "(busy or idle, it beats at least every %u ms); killing it",
-                      w->id, (long)w->pid, (long long)(now - w->hb_at_ms), w->used,
-                      supervisor_heartbeat_ms(ws->cfg));
-            w->watchdog_killed = true;
-            (void)kill(w->pid, SIGKILL);
-        }
-    }
-    if (busy)
-        watchdog_arm(ws);
-}
-
-void supervisor_work_began(struct worker *w)
-{
-    w->hb_at_ms = mono_ms();
-    w->hb_last =
-        w->reg.hdr ? atomic_load_explicit(&w->reg.hdr->heartbeat, memory_order_relaxed) : 0;
-    watchdog_arm(w->ws);
 }
 
 /* ---- shutdown ---- */
 
-void supervisor_drain(struct workers *ws)
+void supervisor_drain(struct supervisor *s)
 {
-    ws->draining = true;
-    for (uint32_t i = 0; i < ws->n; i++) {
-        struct worker *w = &ws->w[i];
-        if (w->ev_respawn)
-            evtimer_del(w->ev_respawn);
-        if (w->life == WORKER_LIFE_BACKOFF)
-            w->life = WORKER_LIFE_STOPPED;
+    s->draining = true;
+    for (uint32_t i = 0; i < s->n; i++) {
+        struct proc *p = &s->p[i];
+        if (p->ev_respawn)
+            evtimer_del(p->ev_respawn);
+        if (p->life == WORKER_LIFE_BACKOFF)
+            p->life = WORKER_LIFE_STOPPED;
     }
+}
+
+bool supervisor_draining(const struct supervisor *s)
+{
+    return s->draining;
 }
 
 static void on_stop_grace(evutil_socket_t fd, short what, void *arg)
 {
-    struct workers *ws = arg;
+    struct supervisor *s = arg;
     (void)fd;
     (void)what;
-    for (uint32_t i = 0; i < ws->n; i++) {
-        struct worker *w = &ws->w[i];
-        if (w->pid > 0) {
-            log_warn("worker %u (pid %ld) ignored SIGTERM; killing it", w->id, (long)w->pid);
-            (void)kill(w->pid, SIGKILL);
+    for (uint32_t i = 0; i < s->n; i++) {
+        struct proc *p = &s->p[i];
+        if (p->pid > 0) {
+            log_warn("worker %u (pid %ld) ignored SIGTERM; killing it", p->w->id, (long)p->pid);
+            (void)kill(p->pid, SIGKILL);
         }
     }
 }
 
-void supervisor_stop(struct workers *ws, int grace_ms, void (*done)(void *arg), void *arg)
+void supervisor_stop(struct supervisor *s, int grace_ms, void (*done)(void *arg), void *arg)
 {
-    supervisor_drain(ws);
-    ws->stopping = true;
-    ws->on_stopped = done;
-    ws->on_stopped_arg = arg;
-    evtimer_del(ws->ev_watchdog);
-    for (uint32_t i = 0; i < ws->n; i++)
-        if (ws->w[i].pid > 0)
-            (void)kill(ws->w[i].pid, SIGTERM);
+    supervisor_drain(s);
+    s->stopping = true;
+    s->on_stopped = done;
+    s->on_stopped_arg = arg;
+    evtimer_del(s->ev_watchdog);
+    for (uint32_t i = 0; i < s->n; i++)
+        if (s->p[i].pid > 0)
+            (void)kill(s->p[i].pid, SIGTERM);
     struct timeval tv = {grace_ms / 1000, (long)(grace_ms % 1000) * 1000};
-    evtimer_add(ws->ev_stop, &tv);
-    check_stopped(ws);
+    evtimer_add(s->ev_stop, &tv);
+    check_stopped(s);
 }
 
-void supervisor_kill_all(struct workers *ws)
+void supervisor_kill_all(struct supervisor *s)
 {
-    supervisor_drain(ws);
-    ws->stopping = true;
-    for (uint32_t i = 0; i < ws->n; i++)
-        if (ws->w[i].pid > 0)
-            (void)kill(ws->w[i].pid, SIGKILL);
+    supervisor_drain(s);
+    s->stopping = true;
+    for (uint32_t i = 0; i < s->n; i++)
+        if (s->p[i].pid > 0)
+            (void)kill(s->p[i].pid, SIGKILL);
 }
 
-/* ---- /health ---- */
+/* ---- the view ---- */
 
-static json_t *iso_time(int64_t unix_ms)
+struct supervisor_view *supervisor_view(struct supervisor *s)
 {
-    char buf[48];
-    struct tm tm;
-    time_t s = (time_t)(unix_ms / 1000);
-    if (!unix_ms || !gmtime_r(&s, &tm))
-        return json_null();
-    size_t n = strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf + n, sizeof(buf) - n, ".%03dZ", (int)(unix_ms % 1000));
-    return json_string(buf);
-}
-
-static json_t *str_or_null(const char *s)
-{
-    return s[0] ? json_string(s) : json_null();
-}
-
-json_t *supervisor_health(struct workers *ws, bool details, int *http_status)
-{
-    json_t *j = json_object(), *arr = json_array();
-    uint32_t running = 0, ready = 0, starting = 0;
+    struct supervisor_view *v = calloc(1, sizeof(*v) + s->n * sizeof(v->w[0]));
     int64_t now = mono_ms();
-
-    if (!j || !arr)
-        goto fail;
-    for (uint32_t i = 0; i < ws->n; i++) {
-        struct worker *w = &ws->w[i];
-        enum worker_life l = worker_life_get(w);
-        uint32_t waiting = 0, active = 0, kv_blocks = 0, kv_used = 0, kv_cached = 0;
-        json_t *o = json_object();
-        if (!o)
-            goto fail;
-        if (w->reg.hdr) {
-            waiting = atomic_load_explicit(&w->reg.hdr->waiting, memory_order_relaxed);
-            active = atomic_load_explicit(&w->reg.hdr->running, memory_order_relaxed);
-            kv_blocks = atomic_load_explicit(&w->reg.hdr->kv_blocks, memory_order_relaxed);
-            kv_used = atomic_load_explicit(&w->reg.hdr->kv_used, memory_order_relaxed);
-            kv_cached = atomic_load_explicit(&w->reg.hdr->kv_cached, memory_order_relaxed);
-        }
-        running += w->used;
-        ready += l == WORKER_LIFE_READY && !w->poisoned;
-        starting += l == WORKER_LIFE_STARTING;
-        json_object_set_new(o, "id", json_integer(w->id));
-        json_object_set_new(o, "state", json_string(supervisor_state_name(w)));
-        json_object_set_new(o, "pid", w->pid > 0 ? json_integer(w->pid) : json_null());
-        json_object_set_new(o, "running", json_integer(w->used));
-        json_object_set_new(o, "waiting", json_integer(waiting));
-        json_object_set_new(o, "active", json_integer(active));
-        json_object_set_new(o, "restarts", json_integer(w->n_spawns ? w->n_spawns - 1 : 0));
-        /* the KV cache: blocks held by running sequences and kept for reuse, of all */
-        json_object_set_new(o, "cache", json_pack("{s:I, s:I, s:I, s:f}", "blocks",
-                                                  (json_int_t)kv_blocks, "used",
-                                                  (json_int_t)kv_used, "cached",
-                                                  (json_int_t)kv_cached, "fill",
-                                                  kv_blocks ? (double)(kv_used + kv_cached) /
-                                                                  kv_blocks
-                                                            : 0.0));
-        if (l == WORKER_LIFE_BACKOFF || l == WORKER_LIFE_FAILED)
-            json_object_set_new(o, "restart_in_ms",
-                                json_integer(w->respawn_at_ms > now ? w->respawn_at_ms - now
-                                                                    : 0));
-        json_object_set_new(o, "last_exit", str_or_null(w->last_exit));
-        json_object_set_new(o, "last_exit_at", iso_time(w->last_exit_at));
-        json_object_set_new(o, "last_error", str_or_null(w->last_error));
-        json_array_append_new(arr, o);
+    if (!v)
+        return NULL;
+    v->draining = s->draining;
+    v->n = s->n;
+    for (uint32_t i = 0; i < s->n; i++) {
+        struct proc *p = &s->p[i];
+        struct worker *w = p->w;
+        struct worker_view *o = &v->w[i];
+        o->id = w->id;
+        o->life = shown_life(p);
+        o->loading = life_get(p) == WORKER_LIFE_STARTING;
+        o->serving = life_get(p) == WORKER_LIFE_READY && worker_alive(w);
+        o->pid = p->pid > 0 ? (long)p->pid : 0;
+        o->running = w->used;
+        o->hdr = p->pid > 0 ? w->reg.hdr : NULL;
+        o->restarts = p->n_spawns ? p->n_spawns - 1 : 0;
+        o->restart_in_ms = -1;
+        if (p->life == WORKER_LIFE_BACKOFF || p->life == WORKER_LIFE_FAILED)
+            o->restart_in_ms = p->respawn_at_ms > now ? p->respawn_at_ms - now : 0;
+        o->last_exit = p->last_exit;
+        o->last_exit_at = p->last_exit_at;
+        o->last_error = p->last_error;
     }
-    const char *status = ws->draining ? "draining"
-                         : ready == ws->n ? "ok"
-                         : ready         ? "degraded"
-                                         : "unavailable";
-    *http_status = !ws->draining && ready ? 200 : 503;
-    if (!details) {
-        json_decref(arr);
-        status = ws->draining ? "draining" : ready ? "ok" : starting ? "loading" : "failed";
-        json_object_set_new(j, "status", json_string(status));
-        return j;
-    }
-    json_object_set_new(j, "status", json_string(status));
-    json_object_set_new(j, "running", json_integer(running));
-    json_object_set_new(j, "workers", arr);
-    return j;
-fail:
-    json_decref(j);
-    json_decref(arr);
-    *http_status = 500;
-    return NULL;
+    return v;
 }
 
 /* ---- set-up ---- */
@@ -766,40 +801,96 @@ static int find_exe(char *out, size_t cap)
     return 0;
 }
 
-int supervisor_init(struct workers *ws)
+struct supervisor *supervisor_create(struct event_base *base, const struct kiln_config *cfg,
+                                     struct workers *ws, uint32_t max_context)
 {
-    int err = find_exe(ws->exe, sizeof(ws->exe));
-    if (err < 0) {
-        log_error("cannot find kiln-worker beside kiln (%s): %s", ws->exe, strerror(-err));
-        return err;
+    uint32_t n = workers_count(ws);
+    struct supervisor *s = calloc(1, sizeof(*s) + n * sizeof(struct proc));
+    int err;
+    if (!s) {
+        log_error("supervisor: out of memory");
+        return NULL;
     }
-    ws->ev_sigchld = evsignal_new(ws->base, SIGCHLD, on_sigchld, ws);
-    ws->ev_watchdog = evtimer_new(ws->base, on_watchdog, ws);
-    ws->ev_stop = evtimer_new(ws->base, on_stop_grace, ws);
-    if (!ws->ev_sigchld || !ws->ev_watchdog || !ws->ev_stop ||
-        event_add(ws->ev_sigchld, NULL) < 0)
-        return -ENOMEM;
-    return 0;
+    s->base = base;
+    s->cfg = cfg;
+    s->ws = ws;
+    s->max_context = max_context;
+    s->n = n;
+    for (uint32_t i = 0; i < n; i++) {
+        struct proc *p = &s->p[i];
+        p->s = s;
+        p->w = workers_get(ws, i);
+        p->life = WORKER_LIFE_STOPPED;
+        p->err_fd = -1;
+    }
+    if ((err = find_exe(s->exe, sizeof(s->exe))) < 0) {
+        log_error("cannot find kiln-worker beside kiln (%s): %s", s->exe, strerror(-err));
+        goto fail;
+    }
+    s->ev_sigchld = evsignal_new(base, SIGCHLD, on_sigchld, s);
+    s->ev_watchdog = evtimer_new(base, on_watchdog, s);
+    s->ev_stop = evtimer_new(base, on_stop_grace, s);
+    if (!s->ev_sigchld || !s->ev_watchdog || !s->ev_stop || event_add(s->ev_sigchld, NULL) < 0)
+        goto fail;
+    for (uint32_t i = 0; i < n; i++)
+        if (!(s->p[i].ev_respawn = evtimer_new(base, on_respawn, &s->p[i])))
+            goto fail;
+    workers_subscribe(ws, &table_events, s);
+    for (uint32_t i = 0; i < n; i++)
+        if (spawn(&s->p[i]) < 0)
+            goto fail;
+    return s;
+fail:
+    supervisor_destroy(s, 1000);
+    return NULL;
 }
 
-int supervisor_init_worker(struct worker *w)
+static bool all_reaped(struct supervisor *s)
 {
-    w->ev_respawn = evtimer_new(w->ws->base, on_respawn, w);
-    return w->ev_respawn ? 0 : -ENOMEM;
+    int status;
+    for (uint32_t i = 0; i < s->n; i++) {
+        struct proc *p = &s->p[i];
+        if (p->pid > 0 && waitpid(p->pid, &status, WNOHANG) == p->pid)
+            p->pid = 0;
+        if (p->pid > 0)
+            return false;
+    }
+    return true;
 }
 
-void supervisor_free(struct workers *ws)
+void supervisor_destroy(struct supervisor *s, int timeout_ms)
 {
-    for (uint32_t i = 0; i < ws->n; i++)
-        if (ws->w[i].ev_respawn) {
-            event_free(ws->w[i].ev_respawn);
-            ws->w[i].ev_respawn = NULL;
+    if (!s)
+        return;
+    for (uint32_t i = 0; i < s->n; i++)
+        if (s->p[i].pid > 0)
+            (void)kill(s->p[i].pid, timeout_ms > 0 ? SIGTERM : SIGKILL);
+    /* shutdown only (the loop is gone): a bounded wait in small steps */
+    for (int waited = 0; !all_reaped(s) && waited < timeout_ms; waited += 10)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    for (uint32_t i = 0; i < s->n; i++) {
+        struct proc *p = &s->p[i];
+        if (p->pid > 0) {
+            if (timeout_ms > 0)
+                log_warn("worker %u (pid %ld) ignored SIGTERM; killing it", p->w->id,
+                         (long)p->pid);
+            (void)kill(p->pid, SIGKILL);
+            while (waitpid(p->pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+            p->pid = 0;
         }
-    if (ws->ev_sigchld)
-        event_free(ws->ev_sigchld);
-    if (ws->ev_watchdog)
-        event_free(ws->ev_watchdog);
-    if (ws->ev_stop)
-        event_free(ws->ev_stop);
-    ws->ev_sigchld = ws->ev_watchdog = ws->ev_stop = NULL;
+        close_err(p);
+        if (p->ev_respawn)
+            event_free(p->ev_respawn);
+        p->ev_respawn = NULL;
+        p->life = WORKER_LIFE_STOPPED;
+    }
+    workers_subscribe(s->ws, NULL, NULL);
+    if (s->ev_sigchld)
+        event_free(s->ev_sigchld);
+    if (s->ev_watchdog)
+        event_free(s->ev_watchdog);
+    if (s->ev_stop)
+        event_free(s->ev_stop);
+    free(s);
 }

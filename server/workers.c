@@ -1,16 +1,14 @@
-/* Worker processes seen from the front: the records they send (drained from the loop,
- * validated, routed to their job's owner), the records sent to them (one wake per loop turn),
- * their job slots. Their processes' lives (spawn, death, respawn) are supervisor.c's. */
+/* The worker table (workers.h): each worker's channel, job slots and records. The records
+ * they send are drained from the loop, validated and routed to their job's owner; the records
+ * sent to them go with one wake per loop turn. Processes are the supervisor's: it attaches
+ * and detaches channels, and hears of a ready or poisoned worker through workers_events. */
 #include "workers.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -21,10 +19,26 @@
 #include "notify.h"
 #include "proto.h"
 #include "shm_ring.h"
-#include "supervisor.h"
 
 /* Records handled per wake before yielding to other events (the rest next turn). */
 #define DRAIN_BUDGET 4096
+
+struct workers {
+    struct event_base *base;
+    const struct kiln_config *cfg;
+    const struct workers_ops *ops;
+    void *ctx;
+    const struct workers_events *events; /* the supervisor's; NULL: none */
+    void *events_ctx;
+    struct event *ev_flush; /* wakes workers once per loop turn */
+    bool flush_pending;
+    unsigned char *scratch; /* WIRE_MAX_MSG bytes to encode into */
+    uint64_t *keys;         /* (WIRE_MAX_PROMPT / KV_HASH_BLOCK) a prompt's block keys */
+    struct proto_decoder *decoder; /* the workers' records: copied out of the ring, decoded */
+    uint64_t next_seq;             /* submission counter for the slots */
+    uint32_t n;
+    struct worker w[];
+};
 
 uint32_t workers_count(const struct workers *ws)
 {
@@ -36,43 +50,38 @@ struct worker *workers_get(struct workers *ws, uint32_t i)
     return i < ws->n ? &ws->w[i] : NULL;
 }
 
-const char *worker_life_name(enum worker_life l)
+void workers_subscribe(struct workers *ws, const struct workers_events *ev, void *ctx)
 {
-    switch (l) {
-    case WORKER_LIFE_STARTING:
-        return "starting";
-    case WORKER_LIFE_READY:
-        return "ready";
-    case WORKER_LIFE_BACKOFF:
-        return "backoff";
-    case WORKER_LIFE_FAILED:
-        return "failed";
-    case WORKER_LIFE_STOPPED:
-        return "stopped";
-    }
-    return "unknown";
+    ws->events = ev;
+    ws->events_ctx = ctx;
 }
 
-enum worker_life worker_life_get(struct worker *w)
+void workers_kick(struct workers *ws)
 {
-    if (w->life == WORKER_LIFE_STARTING && w->reg.hdr &&
+    ws->ops->on_capacity(ws->ctx);
+}
+
+bool worker_is_ready(struct worker *w)
+{
+    struct workers *ws = w->ws;
+    if (!w->ready && w->attached && w->reg.hdr &&
         atomic_load_explicit(&w->reg.hdr->state, memory_order_acquire) == WORKER_STATE_READY) {
-        w->life = WORKER_LIFE_READY;
-        supervisor_ready(w);
+        w->ready = true;
+        if (ws->events && ws->events->ready)
+            ws->events->ready(ws->events_ctx, w);
     }
-    return w->life;
+    return w->ready;
 }
 
-/* Whether w's process runs and may be given jobs. */
-static bool worker_alive(struct worker *w)
+bool worker_alive(struct worker *w)
 {
-    enum worker_life l = worker_life_get(w);
-    return w->pid > 0 && (l == WORKER_LIFE_STARTING || l == WORKER_LIFE_READY) && !w->poisoned;
+    return w->attached && !w->poisoned;
 }
 
-bool workers_draining(const struct workers *ws)
+/* Whether w may be given a job now. */
+static bool worker_serving(struct worker *w)
 {
-    return ws->draining;
+    return worker_alive(w) && worker_is_ready(w) && w->used < w->ws->cfg->max_sequences;
 }
 
 /* Only READY workers get jobs: one still loading may hang there, and the watchdog watches
@@ -85,8 +94,7 @@ struct worker *workers_pick_skip(struct workers *ws, uint64_t skip)
         struct worker *w = &ws->w[i];
         if (i < 64 && (skip & ((uint64_t)1 << i)))
             continue;
-        if (!worker_alive(w) || w->life != WORKER_LIFE_READY ||
-            w->used >= ws->cfg->max_sequences)
+        if (!worker_serving(w))
             continue;
         if (!best || w->used < best->used)
             best = w;
@@ -106,8 +114,7 @@ struct worker *workers_pick_for(struct workers *ws, uint64_t skip, const uint32_
         struct worker *w = &ws->w[i];
         if (i < 64 && (skip & ((uint64_t)1 << i)))
             continue;
-        if (!worker_alive(w) || w->life != WORKER_LIFE_READY ||
-            w->used >= ws->cfg->max_sequences)
+        if (!worker_serving(w))
             continue;
         cand[k].used = w->used;
         cand[k].match = w->prefix ? prefix_index_match(w->prefix, ws->keys, n_keys) : 0;
@@ -123,16 +130,6 @@ struct worker *workers_pick(struct workers *ws)
     return workers_pick_skip(ws, 0);
 }
 
-bool workers_any_hope(struct workers *ws)
-{
-    for (uint32_t i = 0; i < ws->n; i++) {
-        enum worker_life l = worker_life_get(&ws->w[i]);
-        if (l == WORKER_LIFE_STARTING || l == WORKER_LIFE_READY || l == WORKER_LIFE_BACKOFF)
-            return true;
-    }
-    return false;
-}
-
 bool workers_any_alive(struct workers *ws)
 {
     for (uint32_t i = 0; i < ws->n; i++)
@@ -144,7 +141,7 @@ bool workers_any_alive(struct workers *ws)
 bool workers_any_ready(struct workers *ws)
 {
     for (uint32_t i = 0; i < ws->n; i++)
-        if (worker_life_get(&ws->w[i]) == WORKER_LIFE_READY && !ws->w[i].poisoned)
+        if (worker_alive(&ws->w[i]) && worker_is_ready(&ws->w[i]))
             return true;
     return false;
 }
@@ -208,7 +205,7 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
     ws->flush_pending = false;
     for (uint32_t i = 0; i < ws->n; i++) {
         struct worker *w = &ws->w[i];
-        if (!w->pid || w->poisoned)
+        if (!worker_alive(w))
             continue;
         for (uint32_t s = 0; s < ws->cfg->max_sequences; s++) {
             struct worker_slot *sl = &w->slots[s];
@@ -244,8 +241,7 @@ int worker_submit(struct worker *w, const struct proto_msg *job, void *owner)
     free_slot->seq = ++w->ws->next_seq;
     free_slot->cancel_pending = false;
     free_slot->pause_want = free_slot->pause_sent = false;
-    if (w->used++ == 0)
-        supervisor_work_began(w);
+    w->used++;
     return 0;
 }
 
@@ -264,7 +260,7 @@ int worker_cancel(struct worker *w, uint64_t req_id)
     struct worker_slot *sl = find_slot(w, req_id);
     if (!sl)
         return -ENOENT;
-    if (!w->pid || w->poisoned)
+    if (!worker_alive(w))
         return 0; /* its death ends the job */
     if (worker_push_cancel(w, req_id) < 0) {
         sl->cancel_pending = true;
@@ -278,7 +274,7 @@ int worker_pause(struct worker *w, uint64_t req_id, bool pause)
     struct worker_slot *sl = find_slot(w, req_id);
     if (!sl)
         return -ENOENT;
-    if (!w->pid || w->poisoned)
+    if (!worker_alive(w))
         return 0;
     sl->pause_want = pause;
     if (push_pause(w, sl) < 0)
@@ -351,8 +347,18 @@ static int handle_record(struct worker *w, const void *buf, uint32_t len, bool *
     return 0;
 }
 
-/* Drain the worker's ring: the front is its consumer. Before going back to libevent it says
- * it sleeps (consumer_waiting) and re-checks, so a record pushed meanwhile is never missed. */
+/* w sent what cannot be trusted: read no more of it, give it no more jobs, and tell the
+ * supervisor, which kills the process (its detach does the rest). */
+static void poison(struct worker *w, const char *why)
+{
+    struct workers *ws = w->ws;
+    w->poisoned = true;
+    if (w->ev_notify)
+        event_del(w->ev_notify);
+    if (ws->events && ws->events->poisoned)
+        ws->events->poisoned(ws->events_ctx, w, why);
+}
+
 static bool cancel_pending(const struct worker *w)
 {
     if (!w->slots)
@@ -363,7 +369,9 @@ static bool cancel_pending(const struct worker *w)
     return false;
 }
 
-void workers_on_notify(int fd, short what, void *arg)
+/* Drain the worker's ring: the front is its consumer. Before going back to libevent it says
+ * it sleeps (consumer_waiting) and re-checks, so a record pushed meanwhile is never missed. */
+static void on_notify(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
     struct workers *ws = w->ws;
@@ -375,7 +383,7 @@ void workers_on_notify(int fd, short what, void *arg)
     (void)notify_consume(w->notify_fd);
     notify_end_sleep(&w->reg.to_front);
     /* The worker writes its eventfd once it is READY: jobs that waited for it go now. */
-    if (w->life == WORKER_LIFE_STARTING && worker_life_get(w) == WORKER_LIFE_READY)
+    if (!w->ready && worker_is_ready(w))
         capacity = true;
     for (;;) {
         const void *rec;
@@ -386,11 +394,11 @@ void workers_on_notify(int fd, short what, void *arg)
             w->n_records++;
             rc = handle_record(w, rec, len, &capacity);
             if (rc < 0) {
-                supervisor_poison(w, "protocol violation");
+                poison(w, "protocol violation");
                 goto out;
             }
             shm_ring_pop(&w->reg.to_front);
-            if (!w->pid || w->poisoned)
+            if (!worker_alive(w))
                 goto out;
         }
         /* Room was made: a worker that found the ring full sleeps until told (one write per
@@ -398,7 +406,7 @@ void workers_on_notify(int fd, short what, void *arg)
         if ((rc2 = notify_wake_producer(&w->reg.to_front, w->wake_fd)) < 0)
             log_warn("worker %u: waking it for room failed: %s", w->id, strerror(-rc2));
         if (budget > 0 && rc == -EPROTO) {
-            supervisor_poison(w, "corrupt ring");
+            poison(w, "corrupt ring");
             goto out;
         }
         if (budget == 0) {
@@ -411,13 +419,52 @@ void workers_on_notify(int fd, short what, void *arg)
     }
 out:
     /* the worker ran, so it took records off its ring: cancels that found it full go again */
-    if (w->pid && !w->poisoned && cancel_pending(w))
+    if (worker_alive(w) && cancel_pending(w))
         schedule_flush(w);
     if (capacity)
         ws->ops->on_capacity(ws->ctx);
 }
 
-void worker_drain_dead(struct worker *w)
+/* Close w's channel (kept: slots, counters, the prefix index's memory). */
+static void close_channel(struct worker *w)
+{
+    if (w->ev_notify) {
+        event_free(w->ev_notify);
+        w->ev_notify = NULL;
+    }
+    if (w->wake_fd >= 0)
+        (void)close(w->wake_fd);
+    if (w->notify_fd >= 0)
+        (void)close(w->notify_fd);
+    w->wake_fd = w->notify_fd = -1;
+    shm_region_destroy(&w->reg);
+    w->attached = w->ready = w->poisoned = false;
+    w->wake_pending = false;
+}
+
+int worker_attach(struct worker *w, struct shm_region *reg, int wake_fd, int notify_fd)
+{
+    struct event *ev = event_new(w->ws->base, notify_fd, EV_READ | EV_PERSIST, on_notify, w);
+    if (!ev)
+        return -ENOMEM;
+    close_channel(w);
+    w->reg = *reg;
+    memset(reg, 0, sizeof(*reg));
+    reg->fd = -1;
+    w->wake_fd = wake_fd;
+    w->notify_fd = notify_fd;
+    w->ev_notify = ev;
+    w->attached = true;
+    event_add(w->ev_notify, NULL);
+    /* say we sleep; if the worker was quicker, read at once */
+    if (!notify_prepare_sleep(&w->reg.to_front))
+        event_active(w->ev_notify, EV_READ, 0);
+    return 0;
+}
+
+/* Route every record still in w's ring to its owner (the process is dead, so nothing more
+ * comes; a poisoned worker's ring is not read). */
+static void drain_dead(struct worker *w)
 {
     const void *rec;
     uint32_t len;
@@ -439,7 +486,8 @@ void worker_drain_dead(struct worker *w)
         log_error("worker %u: corrupt ring; its last records are discarded", w->id);
 }
 
-void worker_lose_jobs(struct worker *w, const char *cause)
+/* Release w's remaining slots and hand their owners to on_job_lost, newest job first. */
+static void lose_jobs(struct worker *w, const char *cause)
 {
     struct workers *ws = w->ws;
     if (w->prefix) /* its cache died with it */
@@ -458,15 +506,28 @@ void worker_lose_jobs(struct worker *w, const char *cause)
     }
 }
 
+void worker_detach(struct worker *w, const char *cause)
+{
+    if (!w->attached)
+        return;
+    /* no more jobs for it, whatever the callbacks below do */
+    w->attached = false;
+    if (w->ev_notify)
+        event_del(w->ev_notify);
+    /* what it sent before it died counts (a DONE completes its job); then the rest is lost */
+    drain_dead(w);
+    lose_jobs(w, cause);
+    close_channel(w);
+}
+
 struct workers *workers_create(struct event_base *base, const struct kiln_config *cfg,
-                               uint32_t max_context, const struct workers_ops *ops, void *ctx)
+                               const struct workers_ops *ops, void *ctx)
 {
     struct workers *ws = calloc(1, sizeof(*ws) + cfg->workers * sizeof(struct worker));
     if (!ws)
         return NULL;
     ws->base = base;
     ws->cfg = cfg;
-    ws->max_context = max_context;
     ws->ops = ops;
     ws->ctx = ctx;
     ws->n = cfg->workers;
@@ -474,12 +535,9 @@ struct workers *workers_create(struct event_base *base, const struct kiln_config
         struct worker *w = &ws->w[i];
         w->ws = ws;
         w->id = i;
-        w->life = WORKER_LIFE_STOPPED;
-        w->wake_fd = w->notify_fd = w->err_fd = -1;
+        w->wake_fd = w->notify_fd = -1;
         w->reg.fd = -1;
     }
-    if (supervisor_init(ws) < 0)
-        goto fail;
     ws->scratch = malloc(WIRE_MAX_MSG);
     ws->keys = malloc((WIRE_MAX_PROMPT / KV_HASH_BLOCK) * sizeof(uint64_t));
     ws->decoder = proto_decoder_create();
@@ -490,59 +548,27 @@ struct workers *workers_create(struct event_base *base, const struct kiln_config
         struct worker *w = &ws->w[i];
         w->slots = calloc(cfg->max_sequences, sizeof(*w->slots));
         w->prefix = prefix_index_create();
-        if (!w->slots || !w->prefix || supervisor_init_worker(w) < 0)
+        if (!w->slots || !w->prefix)
             goto fail;
     }
-    for (uint32_t i = 0; i < ws->n; i++)
-        if (supervisor_spawn(&ws->w[i]) < 0)
-            goto fail;
     return ws;
 fail:
-    workers_destroy(ws, 1000);
+    workers_destroy(ws);
     return NULL;
 }
 
-static bool all_reaped(struct workers *ws)
-{
-    int status;
-    for (uint32_t i = 0; i < ws->n; i++) {
-        struct worker *w = &ws->w[i];
-        if (w->pid > 0 && waitpid(w->pid, &status, WNOHANG) == w->pid)
-            w->pid = 0;
-        if (w->pid > 0)
-            return false;
-    }
-    return true;
-}
-
-void workers_destroy(struct workers *ws, int timeout_ms)
+void workers_destroy(struct workers *ws)
 {
     if (!ws)
         return;
-    for (uint32_t i = 0; i < ws->n; i++)
-        if (ws->w[i].pid > 0)
-            (void)kill(ws->w[i].pid, timeout_ms > 0 ? SIGTERM : SIGKILL);
-    /* shutdown only (the loop is gone): a bounded wait in small steps */
-    for (int waited = 0; !all_reaped(ws) && waited < timeout_ms; waited += 10)
-        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
     for (uint32_t i = 0; i < ws->n; i++) {
         struct worker *w = &ws->w[i];
-        if (w->pid > 0) {
-            if (timeout_ms > 0)
-                log_warn("worker %u (pid %ld) ignored SIGTERM; killing it", w->id, (long)w->pid);
-            (void)kill(w->pid, SIGKILL);
-            while (waitpid(w->pid, NULL, 0) < 0 && errno == EINTR)
-                ;
-            w->pid = 0;
-        }
-        supervisor_close_worker(w);
+        close_channel(w);
         free(w->slots);
         w->slots = NULL;
         prefix_index_destroy(w->prefix);
         w->prefix = NULL;
-        w->life = WORKER_LIFE_STOPPED;
     }
-    supervisor_free(ws);
     if (ws->ev_flush)
         event_free(ws->ev_flush);
     free(ws->scratch);

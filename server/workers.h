@@ -1,14 +1,17 @@
-/* The front's worker processes: send each records (JOB, CANCEL) with one wake per loop turn,
- * read its records from the libevent loop and route them to their job's owner. Knows nothing
- * of HTTP: a job's owner is an opaque pointer handed back with each of its records. Spawning,
- * reaping, respawning, the watchdog and shutdown are supervisor.c's (supervisor.h). */
+/* The worker table: the front's side of each worker's channel (its shared region and
+ * eventfds), its job slots, and the records both ways: records sent with one wake per loop
+ * turn, records read from the libevent loop, validated and routed to their job's owner, and
+ * the choice of a worker for a job. Knows nothing of HTTP (a job's owner is an opaque pointer
+ * handed back with each of its records) nor of processes: the supervisor (supervisor.h)
+ * spawns them, attaches each one's channel here and detaches it when the process is gone;
+ * this table calls nothing of the supervisor's and tells it what it sees through
+ * struct workers_events. */
 #ifndef WORKERS_H
 #define WORKERS_H
 
 #include "prefix_index.h"
 #include <stdbool.h>
 #include <stdint.h>
-#include <sys/types.h>
 
 #include "proto.h"
 #include "shm_region.h"
@@ -17,15 +20,6 @@ struct event_base;
 struct event;
 struct kiln_config;
 struct workers;
-
-/* The front's view of a worker process (the region's hdr->state says whether it loaded). */
-enum worker_life {
-    WORKER_LIFE_STARTING = 0, /* spawned; model loading (hdr->state not READY yet) */
-    WORKER_LIFE_READY,        /* hdr->state READY */
-    WORKER_LIFE_BACKOFF,      /* dead; respawns when its backoff timer fires */
-    WORKER_LIFE_FAILED,       /* kept failing at start-up; not respawned */
-    WORKER_LIFE_STOPPED,      /* stopped at shutdown */
-};
 
 /* One job slot: the owner of the job whose final record has not come back yet. */
 struct worker_slot {
@@ -36,45 +30,21 @@ struct worker_slot {
     bool pause_want, pause_sent; /* paused as the front wants it / as last sent */
 };
 
-/* Bytes of a worker's stderr kept for the cause of its death. */
-#define WORKER_ERR_TAIL 2048
-/* Longest stderr line held back while its end has not come (longer ones go out in parts). */
-#define WORKER_ERR_LINE 1024
-
+/* One worker of the table. The fields are read-only outside workers.c. */
 struct worker {
     struct workers *ws;
     uint32_t id;
-    pid_t pid;               /* 0 when no process runs (it was reaped) */
-    enum worker_life life;
-    struct shm_region reg;   /* zeroed when no process runs */
-    int wake_fd, notify_fd;  /* -1 when no process runs */
+    bool attached;           /* a process's channel is open (worker_attach) */
+    bool ready;              /* its region said READY (and the event was raised) */
+    bool poisoned;           /* sent a malformed record: no more reading, no more jobs */
+    struct shm_region reg;   /* zeroed while detached */
+    int wake_fd, notify_fd;  /* -1 while detached */
     struct event *ev_notify; /* notify_fd readable */
-    struct event *ev_respawn;
     struct worker_slot *slots; /* max_sequences of them */
     uint32_t used;           /* slots taken */
     bool wake_pending;       /* records pushed since the last wake */
-    bool poisoned;           /* sent a malformed record: killed, no more reading */
-    uint32_t start_failures; /* deaths in a row before READY */
-    uint32_t deaths_in_row;  /* deaths since the last minute of health: the backoff's exponent */
-    uint32_t n_spawns;
     uint64_t n_records;
-    struct prefix_index *prefix; /* the block keys its KV cache reported; cleared at death */
-
-    /* supervision (supervisor.c) */
-    int err_fd;              /* read end of the process's stderr pipe; -1 when none */
-    struct event *ev_err;
-    char err_tail[WORKER_ERR_TAIL]; /* the last bytes it wrote to stderr (not NUL-terminated) */
-    uint32_t err_tail_len;
-    char err_line[WORKER_ERR_LINE]; /* a line being forwarded, its end not read yet */
-    uint32_t err_line_len;
-    int64_t ready_at_ms;     /* monotonic; when it was seen READY */
-    int64_t respawn_at_ms;   /* monotonic; when a worker in backoff respawns */
-    uint64_t hb_last;        /* watchdog: the heartbeat last seen ... */
-    int64_t hb_at_ms;        /* ... and since when (monotonic) */
-    bool watchdog_killed;    /* SIGKILLed for making no progress */
-    char last_exit[160];     /* "was killed by signal 11 (Segmentation fault)"; "" if none */
-    int64_t last_exit_at;    /* unix milliseconds of last_exit */
-    char last_error[256];    /* the last line it wrote to stderr before it died; "" if none */
+    struct prefix_index *prefix; /* the block keys its KV cache reported; cleared at detach */
 };
 
 /* Callbacks into the request layer; ctx is workers_create's. */
@@ -90,18 +60,45 @@ struct workers_ops {
     void (*on_capacity)(void *ctx);
 };
 
-/* Spawn cfg->workers processes of exe_dir/kiln-worker. Returns NULL with a message logged. */
+/* What the table tells the layer that owns the processes (workers_subscribe). */
+struct workers_events {
+    /* w's region says READY for the first time since its attach. */
+    void (*ready)(void *ctx, struct worker *w);
+    /* w sent what cannot be trusted (why says what): its ring is no longer read and it takes
+     * no jobs; its process should be killed, and detached once reaped. */
+    void (*poisoned)(void *ctx, struct worker *w, const char *why);
+};
+
+/* A table of cfg->workers workers, all detached. Returns NULL when out of memory. */
 struct workers *workers_create(struct event_base *base, const struct kiln_config *cfg,
-                               uint32_t max_context, const struct workers_ops *ops, void *ctx);
-/* SIGTERM every worker, wait up to timeout_ms, SIGKILL the rest, reap, free. NULL is fine. */
-void workers_destroy(struct workers *ws, int timeout_ms);
+                               const struct workers_ops *ops, void *ctx);
+/* Close every channel and free. No callback is made. NULL is fine. */
+void workers_destroy(struct workers *ws);
+
+/* Subscribe to the table's events (one subscriber). */
+void workers_subscribe(struct workers *ws, const struct workers_events *ev, void *ctx);
 
 uint32_t workers_count(const struct workers *ws);
 struct worker *workers_get(struct workers *ws, uint32_t i);
 
-/* Refresh w->life from its region and return it. */
-enum worker_life worker_life_get(struct worker *w);
-const char *worker_life_name(enum worker_life l);
+/* Give w a new process's channel: its region (moved: w owns its mapping and fd from now on)
+ * and eventfds (owned too). w starts reading its records; it takes jobs once its region
+ * says READY. Returns 0, or -errno with nothing taken. */
+int worker_attach(struct worker *w, struct shm_region *reg, int wake_fd, int notify_fd);
+
+/* w's process is gone: the records it sent before it died are routed (a DONE completes its
+ * job; a poisoned worker's ring is not read), its remaining jobs are handed to on_job_lost
+ * with cause, newest first, its channel is closed, and on_capacity is called. */
+void worker_detach(struct worker *w, const char *cause);
+
+/* Whether w's region says READY (raising the ready event the first time). */
+bool worker_is_ready(struct worker *w);
+
+/* Whether w is attached, not poisoned, and so may be given jobs once ready. */
+bool worker_alive(struct worker *w);
+
+/* A chance to dispatch (on_capacity), e.g. when a worker was attached. */
+void workers_kick(struct workers *ws);
 
 /* The READY worker with the fewest taken slots and at least one free, or NULL. */
 struct worker *workers_pick(struct workers *ws);
@@ -115,15 +112,9 @@ struct worker *workers_pick_skip(struct workers *ws, uint64_t skip);
 struct worker *workers_pick_for(struct workers *ws, uint64_t skip, const uint32_t *prompt,
                                 uint32_t n, enum prefix_route_reason *why);
 
-/* Whether any worker runs or will run again (starting, ready or in backoff). */
-bool workers_any_hope(struct workers *ws);
-
-/* Whether any worker process runs and can take jobs now (starting or ready): when none can
- * (all in backoff or failed), new requests are refused rather than queued. */
+/* Whether any worker is attached and can take jobs now or once it is ready: when none can
+ * (all dead, in backoff or failed), new requests are refused rather than queued. */
 bool workers_any_alive(struct workers *ws);
-
-/* Whether kiln is shutting down (supervisor_drain): no new requests are taken. */
-bool workers_draining(const struct workers *ws);
 
 /* Whether any worker is READY. */
 bool workers_any_ready(struct workers *ws);
@@ -141,16 +132,5 @@ int worker_cancel(struct worker *w, uint64_t req_id);
  * generated. Sent once per change (a full ring is retried at the next wake). Returns 0 or
  * -ENOENT when w holds no such job. */
 int worker_pause(struct worker *w, uint64_t req_id, bool pause);
-
-/* For supervisor.c: the libevent callback of w's notify eventfd (arg is w): drains its ring. */
-void workers_on_notify(int fd, short what, void *arg);
-
-/* For supervisor.c: route every record still in w's ring to its owner (the process is dead,
- * so nothing more comes; a poisoned worker's ring is not read). */
-void worker_drain_dead(struct worker *w);
-
-/* For supervisor.c: release w's remaining slots and hand their owners to on_job_lost,
- * newest job first. */
-void worker_lose_jobs(struct worker *w, const char *cause);
 
 #endif
