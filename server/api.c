@@ -432,6 +432,54 @@ static void handle_health(struct front *f, struct evhttp_request *http)
 
 /* ---- keys, rate limits, metrics ---- */
 
+/* The keys of c (--api-key, --api-key-file, KILN_API_KEYS, --metrics-key) into a (set up
+ * with auth_init()). Returns 0 or -errno with a one-line message in err. */
+static int load_keys(struct auth *a, const struct kiln_config *c, char *err, size_t errlen)
+{
+    int rc;
+
+    for (uint32_t i = 0; i < c->api_keys.n; i++) {
+        if (auth_add_key(a, c->api_keys.v[i], strlen(c->api_keys.v[i])) < 0) {
+            snprintf(err, errlen, "--api-key: a key must be 1 to %d bytes without blanks",
+                     AUTH_KEY_MAX);
+            return -EINVAL;
+        }
+    }
+    if (c->api_key_file && (rc = auth_load_file(a, c->api_key_file, err, errlen)) < 0) {
+        if (rc != -EINVAL)
+            snprintf(err, errlen, "--api-key-file %s: %s", c->api_key_file, strerror(-rc));
+        return rc;
+    }
+    if (auth_load_list(a, getenv("KILN_API_KEYS")) < 0) {
+        snprintf(err, errlen, "KILN_API_KEYS: a key must be 1 to %d bytes without blanks",
+                 AUTH_KEY_MAX);
+        return -EINVAL;
+    }
+    if (c->metrics_key && auth_set_metrics_key(a, c->metrics_key) < 0) {
+        snprintf(err, errlen, "--metrics-key: a key must be 1 to %d bytes without blanks",
+                 AUTH_KEY_MAX);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* c's per-client rate limiter into *out (NULL: --rate-limit 0). Returns 0 or -errno. */
+static int make_limiter(const struct kiln_config *c, struct ratelimit **out, char *err,
+                        size_t errlen)
+{
+    *out = NULL;
+    if (!c->rate_limit)
+        return 0;
+    uint32_t burst = c->rate_burst ? c->rate_burst : c->rate_limit;
+    /* a fixed table: past this many clients the least recently seen is forgotten */
+    if (!(*out = ratelimit_create((double)c->rate_limit, burst, 4096))) {
+        int e = errno ? errno : ENOMEM;
+        snprintf(err, errlen, "rate limiter: %s", strerror(e));
+        return -e;
+    }
+    return 0;
+}
+
 int api_init(struct front *f, char *err, size_t errlen)
 {
     const struct kiln_config *c = f->cfg;
@@ -439,38 +487,29 @@ int api_init(struct front *f, char *err, size_t errlen)
 
     auth_init(&f->auth);
     metrics_init(&f->metrics);
-    for (uint32_t i = 0; i < c->api_keys.n; i++) {
-        if (auth_add_key(&f->auth, c->api_keys.v[i], strlen(c->api_keys.v[i])) < 0) {
-            snprintf(err, errlen, "--api-key: a key must be 1 to %d bytes without blanks",
-                     AUTH_KEY_MAX);
-            return -EINVAL;
-        }
-    }
-    if (c->api_key_file && (rc = auth_load_file(&f->auth, c->api_key_file, err, errlen)) < 0) {
-        if (rc != -EINVAL)
-            snprintf(err, errlen, "--api-key-file %s: %s", c->api_key_file, strerror(-rc));
+    if ((rc = load_keys(&f->auth, c, err, errlen)) < 0)
         return rc;
-    }
-    if (auth_load_list(&f->auth, getenv("KILN_API_KEYS")) < 0) {
-        snprintf(err, errlen, "KILN_API_KEYS: a key must be 1 to %d bytes without blanks",
-                 AUTH_KEY_MAX);
-        return -EINVAL;
-    }
     if ((rc = webui_init(c, err, errlen)) < 0)
         return rc;
-    if (c->metrics_key && auth_set_metrics_key(&f->auth, c->metrics_key) < 0) {
-        snprintf(err, errlen, "--metrics-key: a key must be 1 to %d bytes without blanks",
-                 AUTH_KEY_MAX);
-        return -EINVAL;
+    return make_limiter(c, &f->ratelimit, err, errlen);
+}
+
+int api_reload_guard(struct front *f, const struct kiln_config *n, char *err, size_t errlen)
+{
+    struct auth a;
+    struct ratelimit *rl;
+    int rc;
+
+    auth_init(&a);
+    if ((rc = load_keys(&a, n, err, errlen)) < 0 || (rc = make_limiter(n, &rl, err, errlen)) < 0) {
+        auth_free(&a);
+        return rc;
     }
-    if (c->rate_limit) {
-        uint32_t burst = c->rate_burst ? c->rate_burst : c->rate_limit;
-        /* a fixed table: past this many clients the least recently seen is forgotten */
-        if (!(f->ratelimit = ratelimit_create((double)c->rate_limit, burst, 4096))) {
-            snprintf(err, errlen, "rate limiter: %s", strerror(errno));
-            return -errno;
-        }
-    }
+    /* one loop: no request is between its check and its answer while the sets change */
+    auth_free(&f->auth);
+    f->auth = a;
+    ratelimit_destroy(f->ratelimit);
+    f->ratelimit = rl;
     return 0;
 }
 

@@ -61,6 +61,11 @@ struct front {
 /* Set up f's API keys (cfg's --api-key flags, --api-key-file, KILN_API_KEYS, --metrics-key),
  * rate limiter and metrics. Returns 0 or -errno with a one-line message in err. */
 int api_init(struct front *f, char *err, size_t errlen);
+/* Replace f's API keys, metrics key and rate limiter with those of n (a config read again
+ * on SIGHUP): requests checked from now on see the new ones; open connections stay. The
+ * limiter starts afresh (its clients' buckets full). Returns 0, or -errno with a one-line
+ * message in err and nothing changed. */
+int api_reload_guard(struct front *f, const struct kiln_config *n, char *err, size_t errlen);
 /* Release what api_init() set up. Safe after a failed api_init(). */
 void api_free(struct front *f);
 

@@ -29,13 +29,18 @@ void reload_run(struct front *f, struct service *svc, int argc, char **argv)
 
     service_reloading(svc, "reloading the configuration");
     config_init(&n);
-    if (config_parse(&n, argc, argv, err, sizeof(err)) < 0) {
+    /* first the part that can fail (a key file that went bad): then nothing else changes */
+    if (config_parse(&n, argc, argv, err, sizeof(err)) < 0 ||
+        api_reload_guard(f, &n, err, sizeof(err)) < 0) {
         log_error("reload: %s; nothing changed", err);
         config_free(&n);
         service_status_line(f, status, sizeof(status));
         service_reloaded(svc, status);
         return;
     }
+    log_info("reload: %zu API key(s)%s, rate limit %u/s (burst %u)", f->auth.n_keys,
+             f->auth.has_metrics_key ? " and a metrics key" : "", n.rate_limit,
+             n.rate_burst ? n.rate_burst : n.rate_limit);
     if (n.log_level != cur->log_level) {
         log_info("reload: log-level %s -> %s", level_name(cur->log_level),
                  level_name(n.log_level));

@@ -1,5 +1,6 @@
 /* SIGHUP (systemctl reload): read the config file and the command line again into a fresh
- * config and apply what the front can change live. Settings that need new workers (model,
+ * config and apply what the front can change live (log level, timeouts, API keys and
+ * key file, metrics key, rate limits). Settings that need new workers (model,
  * threads, workers, ...) are named in the log and left as they were. */
 #ifndef RELOAD_H
 #define RELOAD_H
