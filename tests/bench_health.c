@@ -1,0 +1,151 @@
+/* Benchmark of the front's loop under streaming load (not a test: no figure is asserted).
+ * kiln with the mock model at zero delay and a 4,000-character reply; 40 clients each read an
+ * `n: 8` stream to its end while one more polls /health. Prints /health's latency (p50, p99,
+ * max over every poll made while the streams ran) and kiln_event_loop_lag_max_seconds from
+ * /metrics. The goal (issue 10): /health p99 under 50 ms. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "front_util.h"
+
+#define N_CLIENTS  40
+#define REPLY_LEN  4000
+#define MAX_TOKENS 4000
+#define MAX_POLLS  100000
+#define POLL_EVERY_MS 10
+
+struct client {
+    int port;
+    int failures;
+    long long chunks;
+};
+
+static volatile int n_running;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void *run(void *arg)
+{
+    struct client *c = arg;
+    struct http_stream *s = NULL;
+    struct sse_event ev;
+    char body[256];
+    int rc = 0;
+    snprintf(body, sizeof(body),
+             "{\"prompt\":\"hi\",\"stream\":true,\"n\":8,\"max_tokens\":%d,\"ignore_eos\":true}",
+             MAX_TOKENS);
+    int st = http_stream_open(c->port, "POST", "/v1/completions", NULL, body, 60000, &s);
+    if (st == 200) {
+        while ((rc = sse_next(s, &ev, 60000)) == 1 && !ev.done)
+            c->chunks++;
+    }
+    if (st != 200 || rc < 0)
+        c->failures++;
+    http_stream_close(s);
+    pthread_mutex_lock(&mu);
+    n_running--;
+    pthread_mutex_unlock(&mu);
+    return NULL;
+}
+
+static int running(void)
+{
+    pthread_mutex_lock(&mu);
+    int n = n_running;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A series' value from /metrics (the line "name value"), or -1. */
+static double metric(int port, const char *name)
+{
+    struct http_response r;
+    double v = -1;
+    size_t n = strlen(name);
+    if (http_request_ex(port, "GET", "/metrics", NULL, NULL, 0, 10000, &r) != 200)
+        return -1;
+    for (const char *p = r.body; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+        if (strncmp(p, name, n) == 0 && p[n] == ' ') {
+            v = strtod(p + n + 1, NULL);
+            break;
+        }
+    }
+    http_response_free(&r);
+    return v;
+}
+
+int main(void)
+{
+    static char reply[REPLY_LEN + 1];
+    for (int i = 0; i < REPLY_LEN; i++)
+        reply[i] = (char)('a' + i % 26);
+    const char *args[] = {"--model", "mock", "--workers", "2", "--max-sequences", "32",
+                          "--max-waiting", "1024", "--mock-reply", reply, NULL};
+    static struct client clients[N_CLIENTS];
+    static double lat[MAX_POLLS];
+    pthread_t th[N_CLIENTS];
+    int n = 0, bad = 0;
+
+    struct kiln_proc *p = front_start(args);
+    if (!p) {
+        fprintf(stderr, "bench_health: kiln did not start\n");
+        return 1;
+    }
+    int port = kiln_port(p);
+    n_running = N_CLIENTS;
+    double t0 = now_ms();
+    for (int i = 0; i < N_CLIENTS; i++) {
+        clients[i].port = port;
+        pthread_create(&th[i], NULL, run, &clients[i]);
+    }
+    /* poll while the streams run; the pause between polls only paces the poller */
+    while (running() > 0 && n < MAX_POLLS) {
+        struct http_response r;
+        double a = now_ms();
+        int st = http_request_ex(port, "GET", "/health", NULL, NULL, 0, 30000, &r);
+        double b = now_ms();
+        if (st == 200)
+            lat[n++] = b - a;
+        else
+            bad++;
+        if (st >= 0)
+            http_response_free(&r);
+        struct timespec pace = {0, POLL_EVERY_MS * 1000000L};
+        nanosleep(&pace, NULL);
+    }
+    long long chunks = 0;
+    int failures = 0;
+    for (int i = 0; i < N_CLIENTS; i++) {
+        pthread_join(th[i], NULL);
+        chunks += clients[i].chunks;
+        failures += clients[i].failures;
+    }
+    double secs = (now_ms() - t0) / 1e3;
+    double lag = metric(port, "kiln_event_loop_lag_max_seconds");
+    qsort(lat, (size_t)n, sizeof(double), cmp_double);
+    printf("health under load: %d clients x n:8 streams of %d tokens, 2 workers, %lld chunks in "
+           "%.2f s, %d stream failures, %d failed polls\n",
+           N_CLIENTS, MAX_TOKENS, chunks, secs, failures, bad);
+    if (n > 0)
+        printf("/health latency: p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d polls)\n", lat[n / 2],
+               lat[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1], lat[n - 1], n);
+    printf("kiln_event_loop_lag_max_seconds %g\n", lag);
+    kiln_destroy(p);
+    return failures || n == 0 ? 1 : 0;
+}
