@@ -89,11 +89,10 @@ const char *api_finish_name(enum finish_reason reason);
 
 /* JSON texts (malloc'd, NUL-terminated; NULL when out of memory) for request r (a lead):
  * a stream chunk of choice index carrying text (len bytes; NULL with len 0 for none), the
- * role (chat's first chunk) or the finish reason (NULL: none), and logprobs (the route's
- * shape from api_json_logprobs(), taken over; NULL: none); */
-struct json_t;
+ * role (chat's first chunk) or the finish reason (NULL: none) (written without a JSON tree:
+ * api_json_sse.c); */
 char *api_json_chunk(const struct request *r, uint32_t index, const char *text, size_t len,
-                     bool role, const char *finish, struct json_t *logprobs);
+                     bool role, const char *finish);
 /* the usage-only chunk of stream_options.include_usage (r->prompt_tokens and
  * r->completion_tokens, the sum over the choices); */
 char *api_json_usage_chunk(const struct request *r);

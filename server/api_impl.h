@@ -83,6 +83,13 @@ char *api_json_finish(json_t *root);
 json_t *api_json_logprobs(const struct request *r, const struct relay_token *toks, uint32_t n,
                           json_t *append_to, uint32_t *text_offset);
 
+/* A stream chunk of choice index carrying text (NULL: none) and the logprobs of n tokens in
+ * the route's shape (as api_json_logprobs() builds them); text_offset as there. */
+struct relay_token;
+char *api_json_chunk_logprobs(const struct request *r, uint32_t index, const char *text,
+                              size_t len, const struct relay_token *toks, uint32_t n,
+                              uint32_t *text_offset);
+
 /* Chat stream chunks of a parsed reply (malloc'd JSON text, NULL when out of memory): a
  * delta of one text field (e.g. "reasoning_content"), and a tool call's delta (id and name
  * given: the call's first chunk, with "type"; arguments always, maybe ""). */

@@ -150,203 +150,7 @@ json_t *api_json_logprobs(const struct request *r, const struct relay_token *tok
     return o;
 }
 
-/* ---- replies ---- */
-
-/* ---- SSE frames without a JSON tree ----
- * A stream's frame per token was a jansson tree built and serialised per token; the common
- * frame (no logprobs) is appended into one buffer with a string escaper instead, byte for
- * byte what jansson writes (compact, insertion order, UTF-8 kept, only '"', '\\' and control
- * characters escaped). Text that is not valid UTF-8 takes the tree path (which repairs it). */
-
-struct sbuf {
-    char *p;
-    size_t len, cap;
-    bool err;
-};
-
-static void sb_put(struct sbuf *b, const char *s, size_t n)
-{
-    if (b->err)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->err = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_puts(struct sbuf *b, const char *s)
-{
-    sb_put(b, s, strlen(s));
-}
-
-/* Whether s is valid UTF-8 as jansson accepts it (no overlongs, surrogates or > U+10FFFF). */
-static bool utf8_valid(const char *s, size_t len)
-{
-    for (size_t i = 0; i < len;) {
-        unsigned char c = (unsigned char)s[i];
-        uint32_t cp;
-        size_t n;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if ((c >> 5) == 6) {
-            n = 2;
-            cp = c & 0x1f;
-        } else if ((c >> 4) == 14) {
-            n = 3;
-            cp = c & 0x0f;
-        } else if ((c >> 3) == 30) {
-            n = 4;
-            cp = c & 0x07;
-        } else {
-            return false;
-        }
-        if (i + n > len)
-            return false;
-        for (size_t k = 1; k < n; k++) {
-            unsigned char d = (unsigned char)s[i + k];
-            if ((d & 0xc0) != 0x80)
-                return false;
-            cp = (cp << 6) | (d & 0x3f);
-        }
-        if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
-            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
-        i += n;
-    }
-    return true;
-}
-
-/* A JSON string literal of s, as jansson's compact dump writes it. */
-static void sb_json_string(struct sbuf *b, const char *s, size_t len)
-{
-    size_t run = 0;
-    sb_put(b, "\"", 1);
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        const char *esc = NULL;
-        char u[8];
-        if (c == '"')
-            esc = "\\\"";
-        else if (c == '\\')
-            esc = "\\\\";
-        else if (c == '\b')
-            esc = "\\b";
-        else if (c == '\f')
-            esc = "\\f";
-        else if (c == '\n')
-            esc = "\\n";
-        else if (c == '\r')
-            esc = "\\r";
-        else if (c == '\t')
-            esc = "\\t";
-        else if (c < 0x20) {
-            snprintf(u, sizeof(u), "\\u%04X", c);
-            esc = u;
-        }
-        if (!esc)
-            continue;
-        sb_put(b, s + run, i - run);
-        sb_puts(b, esc);
-        run = i + 1;
-    }
-    sb_put(b, s + run, len - run);
-    sb_put(b, "\"", 1);
-}
-
-/* The frame without logprobs, or NULL (out of memory, or text to repair: the caller falls
- * back to the tree). */
-static char *chunk_fast(const struct request *r, uint32_t index, const char *text, size_t len,
-                        bool role, const char *finish)
-{
-    bool chat = r->kind == REQUEST_KIND_CHAT;
-    struct sbuf b = {0};
-    char num[32];
-    const char *model = r->f->model.name;
-    if ((text && !utf8_valid(text, len)) || !utf8_valid(model, strlen(model)))
-        return NULL;
-    sb_puts(&b, "{\"id\":");
-    sb_json_string(&b, r->id, strlen(r->id));
-    sb_puts(&b, chat ? ",\"object\":\"chat.completion.chunk\",\"created\":"
-                     : ",\"object\":\"text_completion\",\"created\":");
-    snprintf(num, sizeof(num), "%lld", (long long)r->created);
-    sb_puts(&b, num);
-    sb_puts(&b, ",\"model\":");
-    sb_json_string(&b, model, strlen(model));
-    snprintf(num, sizeof(num), "%u", index);
-    sb_puts(&b, ",\"choices\":[{\"index\":");
-    sb_puts(&b, num);
-    sb_puts(&b, ",\"logprobs\":null,\"finish_reason\":");
-    if (finish)
-        sb_json_string(&b, finish, strlen(finish));
-    else
-        sb_puts(&b, "null");
-    if (chat) {
-        sb_puts(&b, ",\"delta\":{");
-        if (role)
-            sb_puts(&b, text ? "\"role\":\"assistant\"," : "\"role\":\"assistant\"");
-        if (text) {
-            sb_puts(&b, "\"content\":");
-            sb_json_string(&b, text, len);
-        }
-        sb_puts(&b, "}}]}");
-    } else {
-        sb_puts(&b, ",\"text\":");
-        sb_json_string(&b, text ? text : "", text ? len : 0);
-        sb_puts(&b, "}]}");
-    }
-    if (b.err) {
-        free(b.p);
-        return NULL;
-    }
-    return b.p;
-}
-
-char *api_json_chunk(const struct request *r, uint32_t index, const char *text, size_t len,
-                     bool role, const char *finish, struct json_t *logprobs)
-{
-    bool chat = r->kind == REQUEST_KIND_CHAT;
-    if (!logprobs) {
-        char *fast = chunk_fast(r, index, text, len, role, finish);
-        if (fast)
-            return fast;
-    }
-    json_t *root = envelope(r, chat ? "chat.completion.chunk" : "text_completion");
-    json_t *lp = logprobs ? (chat ? json_pack("{s:o}", "content", logprobs) : logprobs)
-                          : json_null();
-    json_t *choice = json_pack("{s:i, s:o, s:o}", "index", (int)index, "logprobs", lp,
-                               "finish_reason", finish ? json_string(finish) : json_null());
-    if (!root || !choice)
-        goto fail;
-    if (chat) {
-        json_t *delta = json_object();
-        if (role)
-            json_object_set_new(delta, "role", json_string("assistant"));
-        if (text)
-            json_object_set_new(delta, "content", api_json_text(text, len));
-        json_object_set_new(choice, "delta", delta);
-    } else {
-        json_object_set_new(choice, "text", text ? api_json_text(text, len) : json_string(""));
-    }
-    json_object_set_new(root, "choices", json_pack("[o]", choice));
-    return api_json_finish(root);
-fail:
-    json_decref(choice);
-    json_decref(root);
-    return NULL;
-}
+/* ---- replies (a stream's chunks are api_json_sse.c's) ---- */
 
 char *api_json_usage_chunk(const struct request *r)
 {
@@ -416,6 +220,14 @@ fail:
     json_decref(choices);
     json_decref(root);
     return NULL;
+}
+
+json_t *api_json_tool_call(const char *id, const char *name, size_t name_len, const char *args,
+                           size_t args_len)
+{
+    return json_pack("{s:s, s:s, s:{s:o, s:o}}", "id", id, "type", "function", "function",
+                     "name", api_json_text(name, name_len), "arguments",
+                     api_json_text(args, args_len));
 }
 
 static json_t *str_or_null(const char *s)

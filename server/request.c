@@ -408,9 +408,9 @@ static void stream_begin(struct request *lead)
     for (uint32_t i = 0; i < lead->n_choices; i++) {
         char *j = NULL;
         if (lead->kind == REQUEST_KIND_CHAT)
-            j = api_json_chunk(lead, i, "", 0, true, NULL, NULL);
+            j = api_json_chunk(lead, i, "", 0, true, NULL);
         else if (lead->echo && lead->echo_len)
-            j = api_json_chunk(lead, i, lead->echo_text, lead->echo_len, false, NULL, NULL);
+            j = api_json_chunk(lead, i, lead->echo_text, lead->echo_len, false, NULL);
         send_sse(lead, j);
         free(j);
     }
@@ -469,7 +469,7 @@ static int on_piece(void *arg, const struct toolcall_piece *p)
         } else if (p->kind == TOOLCALL_REASONING) {
             j = api_json_delta_chunk(lead, r->index, "reasoning_content", p->text, p->len);
         } else {
-            j = api_json_chunk(lead, r->index, p->text, p->len, false, NULL, NULL);
+            j = api_json_chunk(lead, r->index, p->text, p->len, false, NULL);
         }
         send_sse(lead, j);
         free(j);
@@ -498,7 +498,6 @@ static void emit_text(struct request *r, const struct relay_event *ev)
     struct request_out *o = &lead->outs[r->index];
     struct metrics *m = &r->f->metrics;
     uint64_t now = hist_now_us();
-    json_t *lp = NULL;
 
     if (!lead->http || (ev->len == 0 && !(lead->logprobs && ev->n_tokens)))
         return;
@@ -511,18 +510,17 @@ static void emit_text(struct request *r, const struct relay_event *ev)
             metrics_observe_itl(m, now - r->t_last_us);
         r->t_last_us = now;
     }
-    if (lead->logprobs)
-        lp = api_json_logprobs(lead, ev->tokens, ev->n_tokens, lead->stream ? NULL : o->logprobs,
-                               &o->text_offset);
+    if (lead->logprobs && !lead->stream)
+        o->logprobs = api_json_logprobs(lead, ev->tokens, ev->n_tokens, o->logprobs,
+                                        &o->text_offset);
     if (r->tc_parser) {
         /* the parser decides what of the text is content, reasoning or a call */
-        if (lead->stream && lp) {
+        if (lead->stream && lead->logprobs) {
             stream_begin(lead);
-            char *j = api_json_chunk(lead, r->index, NULL, 0, false, NULL, lp);
+            char *j = api_json_chunk_logprobs(lead, r->index, NULL, 0, ev->tokens, ev->n_tokens,
+                                              &o->text_offset);
             send_sse(lead, j);
             free(j);
-        } else if (!lead->stream) {
-            o->logprobs = lp;
         }
         if (toolcall_push(r->tc_parser, ev->text, ev->len, on_piece, r) < 0)
             log_warn("request %llu: out of memory reading the reply for tool calls",
@@ -533,12 +531,14 @@ static void emit_text(struct request *r, const struct relay_event *ev)
     }
     if (lead->stream) {
         stream_begin(lead);
-        char *j = api_json_chunk(lead, r->index, ev->text, ev->len, false, NULL, lp);
+        char *j = lead->logprobs
+                      ? api_json_chunk_logprobs(lead, r->index, ev->text, ev->len, ev->tokens,
+                                                ev->n_tokens, &o->text_offset)
+                      : api_json_chunk(lead, r->index, ev->text, ev->len, false, NULL);
         send_sse(lead, j);
         free(j);
         flow_check(lead);
     } else {
-        o->logprobs = lp;
         evbuffer_add(o->text, ev->text, ev->len);
     }
 }
@@ -604,7 +604,7 @@ static void emit_finished(struct request *r, enum finish_reason reason, uint32_t
     r->choice_done = true;
     if (lead->http && lead->stream) {
         stream_begin(lead);
-        char *j = api_json_chunk(lead, r->index, NULL, 0, false, o->finish, NULL);
+        char *j = api_json_chunk(lead, r->index, NULL, 0, false, o->finish);
         send_sse(lead, j);
         free(j);
     }
