@@ -78,39 +78,61 @@ static void drop_client(struct request *r)
         evhttp_connection_free(evhttp_request_get_connection(r->http));
 }
 
+/* Whether the client's socket saw a reset: after the FIN, recv() keeps saying EOF even once
+ * a reset came, so ask the socket. */
+static bool peer_reset(evutil_socket_t fd)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    int err = 0;
+    socklen_t elen = sizeof(err);
+    return (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) == 0 && err != 0) ||
+           (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_state == TCP_CLOSE);
+}
+
+/* The client's socket is at EOF: it closed entirely, or only shut its sending side and waits
+ * for the answer, as HTTP allows. When nothing was written to it yet, send an interim
+ * "100 Continue" (which every HTTP/1.1 client must accept), once: a client that closed
+ * entirely answers it with a reset, one that half-closed reads on. Returns 1 when the probe
+ * went now, 0 when it went before or cannot go (bytes went or are queued already, so the
+ * next write tells; HTTP/1.0 gets no 1xx), -1 when the client is gone. */
+static int peer_probe(struct request *lead, evutil_socket_t fd)
+{
+    static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    struct evhttp_connection *evcon;
+    struct bufferevent *bev;
+    if (lead->peer_probed || !lead->http)
+        return 0;
+    evcon = evhttp_request_get_connection(lead->http);
+    bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
+    if (lead->reply_started || !bev || evbuffer_get_length(bufferevent_get_output(bev)) > 0 ||
+        lead->http->major != 1 || lead->http->minor < 1)
+        return 0;
+    lead->peer_probed = true;
+    if (send(fd, probe, sizeof(probe) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(probe) - 1)
+        return -1;
+    return 1;
+}
+
 /* The probe's answer: a reset means the client closed entirely; EOF alone means it only
  * half-closed and waits for its answer. */
 static void on_peer_probe(evutil_socket_t fd, short what, void *arg)
 {
     struct request *r = arg;
     evutil_socket_t cfd = client_fd(r);
-    struct tcp_info ti;
-    socklen_t len = sizeof(ti);
-    int err = 0;
-    socklen_t elen = sizeof(err);
     (void)fd;
     (void)what;
-    /* after the FIN, recv() keeps saying EOF even once a reset came: ask the socket */
-    if (cfd >= 0 &&
-        ((getsockopt(cfd, SOL_SOCKET, SO_ERROR, &err, &elen) == 0 && err != 0) ||
-         (getsockopt(cfd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_state == TCP_CLOSE)))
+    if (cfd >= 0 && peer_reset(cfd))
         return drop_client(r);
     unwatch_peer(r);
 }
 
 /* libevent does not read a connection while its request is being answered, so a client that
- * leaves before any byte is written would go unnoticed: watch its socket ourselves. At EOF
- * the client either closed entirely or only shut its sending side (and waits for the
- * answer, as HTTP allows): nothing was written yet, so an interim "100 Continue" (which every
- * HTTP/1.1 client must accept) is sent; a client that closed entirely answers it with a
- * reset, one that half-closed reads on. */
+ * leaves before any byte is written would go unnoticed: watch its socket ourselves, and at
+ * EOF probe it (peer_probe). */
 static void on_peer(evutil_socket_t fd, short what, void *arg)
 {
-    static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
     struct request *r = arg;
-    struct evhttp_connection *evcon;
-    struct bufferevent *bev;
-    char major, minor;
     (void)what;
     int st = peer_state(fd);
     if (st < 0) {
@@ -123,19 +145,13 @@ static void on_peer(evutil_socket_t fd, short what, void *arg)
     }
     if (st == 2)
         return drop_client(r);
-    major = r->http->major;
-    minor = r->http->minor;
-    evcon = evhttp_request_get_connection(r->http);
-    bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
-    if (r->reply_started || !bev || evbuffer_get_length(bufferevent_get_output(bev)) > 0 ||
-        major != 1 || minor < 1) {
-        /* bytes went (or are queued) already: the next write tells; HTTP/1.0 gets no 1xx */
-        unwatch_peer(r);
-        return;
-    }
-    if (send(fd, probe, sizeof(probe) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(probe) - 1)
+    if (peer_probe(r, fd) < 0)
         return drop_client(r);
     event_free(r->ev_peer);
+    r->ev_peer = NULL;
+    if (!r->peer_probed) /* no probe can go: the next write tells */
+        return;
+    /* the probe went (now, or from the queue's prune): its answer is due */
     r->ev_peer = evtimer_new(r->f->base, on_peer_probe, r);
     struct timeval tv = {0, PEER_PROBE_MS * 1000};
     if (!r->ev_peer || evtimer_add(r->ev_peer, &tv) < 0)
@@ -677,10 +693,19 @@ static void on_close(struct evhttp_connection *evcon, void *arg)
 
 bool request_client_alive(struct request *r)
 {
-    evutil_socket_t fd = client_fd(r);
-    /* under a full queue an EOF counts as gone: a client that only half-closed and waits
-     * may lose its place there (one that runs, or waits in a queue with room, does not) */
-    return fd >= 0 && peer_state(fd) < 1;
+    struct request *lead = r->lead ? r->lead : r;
+    evutil_socket_t fd = client_fd(lead);
+    if (fd < 0)
+        return false;
+    int st = peer_state(fd);
+    if (st < 1)
+        return true;
+    if (st == 2)
+        return false;
+    /* EOF: a client that only half-closed waits for its answer, so it keeps its place; the
+     * probe tells one that closed entirely (on loopback its reset is back before send()
+     * returns; elsewhere on_peer_probe drops it once the reset comes) */
+    return peer_probe(lead, fd) >= 0 && !peer_reset(fd);
 }
 
 static void send_cancel(struct request *r)

@@ -67,6 +67,7 @@ struct request {
     bool finished;      /* the generation ended (the HTTP answer was given or the client left) */
     bool reply_started; /* the SSE stream's headers were sent */
     bool client_gone;
+    bool peer_probed;   /* lead: the interim "100 Continue" probe went to the client */
     uint32_t hold;      /* >0 while a callback works on it: not freed until it returns */
 
     struct event *ev_peer; /* the client's socket readable: did it leave? */
@@ -127,9 +128,9 @@ void request_on_record(struct request *r, const struct proto_msg *m);
 /* r's worker died with r's job on it: a started job fails; one not started is queued again. */
 void request_on_job_lost(struct request *r, const char *cause);
 
-/* Whether the client's connection is still open (a queued request whose client left can be
- * dropped when the queue is full; an EOF counts as gone here, though it may be a
- * half-close). Peeks at the socket without reading. */
+/* Whether the client may still want the answer (a queued request whose client left is
+ * dropped when the queue is full). A client at EOF may only have half-closed: it is probed
+ * (an interim "100 Continue", once) and counts as gone only once its socket saw a reset. */
 bool request_client_alive(struct request *r);
 
 /* End r at shutdown: answer 503 if nothing was sent, close the stream otherwise; free it. */

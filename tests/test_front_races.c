@@ -2,7 +2,8 @@
  * queue full of a departed client's choices of n, pruned to admit another request, and a
  * client that asks for n=2 and closes at once while the queue has one place left. Both used
  * to touch freed requests (caught by ASan, or a crash); the front must answer the next
- * client and exit cleanly. The departures are made deterministic by stopping the front
+ * client and exit cleanly. A client that only half-closed is not departed: it keeps its
+ * place in a full queue. The departures are made deterministic by stopping the front
  * (SIGSTOP) while the client acts, so it sees request and close in one turn. */
 #include <errno.h>
 #include <setjmp.h>
@@ -161,6 +162,41 @@ static void test_front_races_departed_n2_client_at_admission(void **state)
     assert_serves(port);
 }
 
+/* A client that half-closes after its request waits in a full queue; the prune made for a
+ * newer request must not take it for gone (it was: EOF counted as a close). The newer
+ * request is refused, the half-closed client gets its answer. */
+static void test_front_races_half_closed_client_keeps_its_place_in_a_full_queue(void **state)
+{
+    struct kiln_proc *p = *state;
+    int port = kiln_port(p);
+
+    int x = send_request(port, "{\"prompt\":\"x\",\"max_tokens\":20}"); /* the only slot */
+    assert_true(wait_until(one_running, &port, 5000));
+    int h = send_request(port, "{\"prompt\":\"h\",\"max_tokens\":2}");
+    assert_int_equal(shutdown(h, SHUT_WR), 0);
+    int q = send_request(port, "{\"prompt\":\"q\",\"max_tokens\":2}");
+    assert_true(wait_until(waiting_2, &port, 5000)); /* the queue is full */
+
+    struct http_response r;
+    int c = send_request(port, "{\"prompt\":\"c\",\"max_tokens\":2}");
+    assert_int_equal(http_raw_read_response(c, &r, 20000), 503);
+    http_response_free(&r);
+    close(c);
+
+    char *all = NULL;
+    size_t len = 0;
+    assert_int_equal(http_raw_read_all(h, &all, &len, 20000), 0);
+    assert_non_null(strstr(all, "HTTP/1.1 200 OK"));
+    assert_non_null(strstr(all, "\"text_completion\""));
+    free(all);
+    close(h);
+    assert_int_equal(http_raw_read_response(q, &r, 20000), 200);
+    http_response_free(&r);
+    close(q);
+    close(x);
+    assert_serves(port);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -168,6 +204,9 @@ int main(void)
                                         setup_one_slot_two_waiting, teardown),
         cmocka_unit_test_setup_teardown(test_front_races_departed_n2_client_at_admission,
                                         setup_one_slot_two_waiting, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_front_races_half_closed_client_keeps_its_place_in_a_full_queue,
+            setup_one_slot_two_waiting, teardown),
     };
     return cmocka_run_group_tests_name("front_races", tests, NULL, NULL);
 }
