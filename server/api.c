@@ -27,6 +27,7 @@
 #include "log.h"
 #include "ratelimit.h"
 #include "request.h"
+#include "roll.h"
 #include "shm_region.h"
 #include "stop.h"
 #include "tokenizer.h"
@@ -175,7 +176,7 @@ void api_send_error(struct evhttp_request *http, int status, const char *type,
 static int chat_text(struct request *r, json_t *o, char **text, struct tokenizer_span **spans,
                      size_t *n_spans, struct perr *e)
 {
-    const struct front_model *m = &r->f->model;
+    const struct front_model *m = r->model;
     struct api_chat c;
     /* a model whose template shows no call markup is told to use Hermes' tags, unless
      * --tool-call-format none said not to read calls at all */
@@ -214,7 +215,7 @@ static int encode_prompt(struct request *r, const char *text, size_t len, unsign
                          const struct tokenizer_span *plain, size_t n_plain,
                          uint32_t max_tokens, struct perr *e)
 {
-    const struct front_model *m = &r->f->model;
+    const struct front_model *m = r->model;
     size_t cap = m->max_context;
     if (len == 0)
         return bad(e, "prompt", "the %s is empty", "prompt");
@@ -264,7 +265,7 @@ static int echo_ids(struct request *r, const uint32_t *ids, uint32_t n)
     char *s = malloc(cap);
     for (uint32_t i = 0; s && i < n; i++) {
         char buf[256];
-        int k = tokenizer_piece(r->f->model.tok, ids[i], false, buf, sizeof(buf));
+        int k = tokenizer_piece(r->model->tok, ids[i], false, buf, sizeof(buf));
         if (k <= 0)
             continue;
         k = k > (int)sizeof(buf) ? (int)sizeof(buf) : k;
@@ -306,7 +307,7 @@ static int completion_prompt(struct request *r, json_t *o, uint32_t max_tokens, 
     }
     r->prompt = ids;
     r->n_prompt = n_ids;
-    uint32_t room = r->f->model.max_context - n_ids;
+    uint32_t room = r->model->max_context - n_ids;
     r->max_new_tokens = max_tokens && max_tokens < room ? max_tokens : room;
     return r->echo ? echo_ids(r, ids, n_ids) : 0;
 }
@@ -366,7 +367,7 @@ static void handle_generate(struct front *f, struct evhttp_request *http, enum r
         }
         /* one BOS (the template's or the tokenizer's); content never parses as special */
         rc = encode_prompt(r, chat, strlen(chat),
-                           chat_encode_flags_text(&f->model.tmpl, f->model.tok, chat),
+                           chat_encode_flags_text(&r->model->tmpl, r->model->tok, chat),
                            spans, n_spans, p.max_tokens, &e);
         free(spans);
         if (rc < 0 && e.param && strcmp(e.param, "prompt") == 0)
@@ -406,11 +407,9 @@ oom:
 
 static void handle_models(struct front *f, struct evhttp_request *http)
 {
-    json_t *model = json_pack("{s:s, s:s, s:I, s:s, s:I}", "id", f->model.name, "object",
-                              "model", "created", (json_int_t)f->started_at, "owned_by", "kiln",
-                              "context_length", (json_int_t)f->model.max_context);
-    send_json(http, 200, api_json_finish(json_pack("{s:s, s:[o]}", "object", "list", "data",
-                                               model)));
+    /* during a reload's roll, the new model and the old one while workers still serve it */
+    send_json(http, 200, api_json_finish(json_pack("{s:s, s:o}", "object", "list", "data",
+                                               roll_models(f))));
 }
 
 static void handle_health(struct front *f, struct evhttp_request *http)
@@ -424,8 +423,9 @@ static void handle_health(struct front *f, struct evhttp_request *http)
     json_t *j = v ? api_health_json(v, details, &status) : NULL;
     free(v);
     if (j && details) {
-        json_object_set_new(j, "model", json_string(f->model.name));
+        json_object_set_new(j, "model", json_string(f->model->name));
         json_object_set_new(j, "waiting", json_integer(f->queue.n));
+        json_object_set_new(j, "reload", roll_health(f->roll));
     }
     send_json(http, status, api_json_finish(j));
 }

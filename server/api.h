@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "auth.h"
+#include "front_model.h"
 #include "chat.h"
 #include "metrics.h"
 #include "queue.h"
@@ -24,26 +25,19 @@ struct gguf;
 struct workers;
 struct supervisor;
 struct request;
+struct roll;
 
-/* What the front knows of the model: enough to encode, template and check lengths. */
-struct front_model {
-    char name[128];
-    uint32_t max_context;
-    struct tokenizer *tok;
-    struct chat_template tmpl;
-    enum toolcall_format tool_format; /* the markup of the model's calls (NONE: unknown) */
-    bool thinks;                      /* its template has <think> blocks */
-    struct gguf *gguf; /* open while the tokenizer may borrow from it; NULL for the mock */
-};
 
 /* The front process's state, passed to every module; read-only config inside. */
 struct front {
     const struct kiln_config *cfg;
     struct event_base *base;
     struct evhttp *http;
-    struct front_model model;
-    struct workers *workers;  /* the worker table: records and dispatch */
-    struct supervisor *sup;   /* the worker processes */
+    struct front_model *model;  /* the generation new requests bind to (front_model.h) */
+    uint32_t next_gen;          /* the last generation loaded */
+    struct roll *roll;          /* a reload's rolling restart of the workers (roll.h) */
+    struct workers *workers;    /* the worker table: records and dispatch */
+    struct supervisor *sup;     /* the worker processes */
     struct queue queue;
     struct request_list requests; /* every live request */
     uint32_t n_requests;
@@ -69,12 +63,6 @@ int api_reload_guard(struct front *f, const struct kiln_config *n, char *err, si
 /* Release what api_init() set up. Safe after a failed api_init(). */
 void api_free(struct front *f);
 
-/* Fill m from cfg: the mock (byte tokenizer, "mock", --ctx or 4096) or a GGUF file (its name,
- * context length, tokenizer and chat template); --chat-template overrides the family.
- * Returns 0 or -errno with a one-line message in err. */
-int front_model_open(struct front_model *m, const struct kiln_config *cfg, char *err,
-                     size_t errlen);
-void front_model_close(struct front_model *m);
 
 /* The evhttp callback for every request. */
 void api_handle(struct evhttp_request *req, void *arg);

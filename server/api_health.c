@@ -39,7 +39,11 @@ static json_t *worker_json(const struct worker_view *v)
         kv_cached = atomic_load_explicit(&v->hdr->kv_cached, memory_order_relaxed);
     }
     json_object_set_new(o, "id", json_integer(v->id));
-    json_object_set_new(o, "state", json_string(worker_life_name(v->life)));
+    /* a ready worker a reload drains or restarts reads "draining" */
+    json_object_set_new(o, "state", json_string(v->draining && v->life == WORKER_LIFE_READY
+                                                    ? "draining"
+                                                    : worker_life_name(v->life)));
+    json_object_set_new(o, "model", json_string(v->model));
     json_object_set_new(o, "pid", v->pid > 0 ? json_integer(v->pid) : json_null());
     json_object_set_new(o, "running", json_integer(v->running));
     json_object_set_new(o, "waiting", json_integer(waiting));

@@ -62,7 +62,7 @@ char *api_json_finish(json_t *root)
 static json_t *envelope(const struct request *r, const char *object)
 {
     return json_pack("{s:s, s:s, s:I, s:s}", "id", r->id, "object", object, "created",
-                     (json_int_t)r->created, "model", r->f->model.name);
+                     (json_int_t)r->created, "model", r->model->name);
 }
 
 static json_t *usage(const struct request *r)
@@ -82,7 +82,7 @@ const char *api_finish_name(enum finish_reason reason)
 
 static int piece(const struct request *r, uint32_t id, char *buf)
 {
-    int n = tokenizer_piece(r->f->model.tok, id, true, buf, PIECE_MAX);
+    int n = tokenizer_piece(r->model->tok, id, true, buf, PIECE_MAX);
     return n < 0 ? 0 : n > PIECE_MAX ? PIECE_MAX : n;
 }
 

@@ -203,7 +203,7 @@ static void sb_head(struct sbuf *b, const struct request *r, uint32_t index)
     char num[24];
     sb_put(b, num, (size_t)snprintf(num, sizeof(num), "%lld", (long long)r->created));
     sb_puts(b, ",\"model\":");
-    sb_str(b, r->f->model.name);
+    sb_str(b, r->model->name);
     sb_puts(b, ",\"choices\":[{\"index\":");
     sb_uint(b, index);
 }
@@ -212,7 +212,7 @@ static void sb_head(struct sbuf *b, const struct request *r, uint32_t index)
 
 static int piece(const struct request *r, uint32_t id, char *buf)
 {
-    int n = tokenizer_piece(r->f->model.tok, id, true, buf, PIECE_MAX);
+    int n = tokenizer_piece(r->model->tok, id, true, buf, PIECE_MAX);
     return n < 0 ? 0 : n > PIECE_MAX ? PIECE_MAX : n;
 }
 
@@ -360,7 +360,7 @@ static char *chunk(const struct request *r, uint32_t index, const char *text, si
                    uint32_t *text_offset)
 {
     struct sbuf b = {0};
-    if (!utf8_valid(r->f->model.name))
+    if (!utf8_valid(r->model->name))
         return NULL;
     sb_head(&b, r, index);
     sb_puts(&b, ",\"logprobs\":");
@@ -408,7 +408,7 @@ char *api_json_chunk_logprobs(const struct request *r, uint32_t index, const cha
 /* A chat chunk whose delta the caller writes: {..., "choices":[{"index":i,"delta":{ */
 static bool delta_head(struct sbuf *b, const struct request *r, uint32_t index)
 {
-    if (!utf8_valid(r->f->model.name))
+    if (!utf8_valid(r->model->name))
         return false;
     sb_head(b, r, index);
     sb_puts(b, ",\"delta\":{");

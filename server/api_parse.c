@@ -14,6 +14,7 @@
 #include "hist.h"
 
 #include "api_impl.h"
+#include "roll.h"
 #include "stop.h"
 #include "tokenizer.h"
 
@@ -124,7 +125,7 @@ static int parse_logit_bias(struct request *r, json_t *o, struct perr *e)
         errno = 0;
         unsigned long id = strtoul(key, &end, 10);
         if (errno || *key < '0' || *key > '9' || *end ||
-            id >= tokenizer_n_vocab(r->f->model.tok))
+            id >= tokenizer_n_vocab(r->model->tok))
             return bad(e, "logit_bias", "'%s' is not a token id of this model", key);
         if (!json_is_number(b) || json_number_value(b) < -100 || json_number_value(b) > 100)
             return bad(e, "logit_bias", "the bias of token %s must be between -100 and 100",
@@ -251,12 +252,18 @@ int api_parse_common(struct request *r, json_t *o, struct api_params *p, struct 
     if ((v = json_object_get(o, "model")) && !json_is_null(v)) {
         if (!json_is_string(v))
             return bad(e, "model", "'%s' must be a string", "model");
-        if (strcmp(json_string_value(v), r->f->model.name) != 0) {
-            bad(e, "model", "The model '%.128s' does not exist; this server serves '%.100s'",
-                json_string_value(v), r->f->model.name);
-            e->status = 404;
-            e->code = "model_not_found";
-            return -EINVAL;
+        if (strcmp(json_string_value(v), r->model->name) != 0) {
+            /* during a reload's roll: the other model, while it is still served */
+            struct front_model *m = roll_find_model(r->f, json_string_value(v));
+            if (!m) {
+                bad(e, "model", "The model '%.128s' does not exist; this server serves '%.100s'",
+                    json_string_value(v), r->model->name);
+                e->status = 404;
+                e->code = "model_not_found";
+                return -EINVAL;
+            }
+            front_model_put(r->model);
+            r->model = front_model_ref(m);
         }
     }
     if ((v = json_object_get(o, "user")) && !json_is_null(v) && !json_is_string(v))
@@ -321,15 +328,15 @@ int api_parse_prompt(const struct request *r, json_t *o, const char **text, size
         return bad(e, "prompt", "'%s' must be a string, or an array of token ids", "prompt");
     if (json_is_string(json_array_get(v, 0)) || json_is_array(json_array_get(v, 0)))
         return bad(e, "prompt", "several prompts in one request are not supported");
-    if (n >= r->f->model.max_context) {
+    if (n >= r->model->max_context) {
         bad(e, "prompt", "This model's maximum context length is %u tokens; the prompt has %zu.",
-            r->f->model.max_context, n);
+            r->model->max_context, n);
         e->code = "context_length_exceeded";
         return -EINVAL;
     }
     if (!(*ids = malloc(n * sizeof(uint32_t))))
         return -ENOMEM;
-    uint32_t vocab = tokenizer_n_vocab(r->f->model.tok);
+    uint32_t vocab = tokenizer_n_vocab(r->model->tok);
     json_array_foreach(v, i, t) {
         if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= vocab) {
             free(*ids);

@@ -163,7 +163,7 @@ void api_apply_template(struct front *f, struct evhttp_request *http)
     struct api_chat c;
     int rc = api_chat_parse(o, &c, &e);
     if (rc == 0)
-        prompt = api_chat_render(&f->model, &c, gen ? json_is_true(gen) : true, NULL, NULL, &e);
+        prompt = api_chat_render(f->model, &c, gen ? json_is_true(gen) : true, NULL, NULL, &e);
     api_chat_free(&c);
     if (!prompt) {
         if (rc == -ENOMEM) {

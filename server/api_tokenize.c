@@ -131,7 +131,7 @@ static long tk_encode(const struct tokenizer *tok, const char *text, size_t len,
 
 void api_tokenize(struct front *f, struct evhttp_request *http)
 {
-    const struct tokenizer *tok = f->model.tok;
+    const struct tokenizer *tok = f->model->tok;
     struct tk_err e = {{0}, NULL};
     bool add_special = true, parse_special = false, with_pieces = false;
     uint32_t *ids = NULL;
@@ -220,7 +220,7 @@ static int tk_append(char **buf, size_t *used, size_t *cap, const char *s, size_
 
 void api_detokenize(struct front *f, struct evhttp_request *http)
 {
-    const struct tokenizer *tok = f->model.tok;
+    const struct tokenizer *tok = f->model->tok;
     uint32_t n_vocab = tokenizer_n_vocab(tok);
     struct tk_err e = {{0}, NULL};
     char *text = NULL, *delta = NULL;

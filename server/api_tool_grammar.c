@@ -177,11 +177,11 @@ int api_tool_grammar(struct request *r, const struct api_chat *c, enum toolcall_
     default:
         return 0; /* no grammar form for this markup: the choice is the model's */
     }
-    if (strict_auto && r->f && r->f->model.tok) {
+    if (strict_auto && r->f && r->model->tok) {
         /* A marker the model writes as a control token (Mistral's [TOOL_CALLS]) has no text
          * a grammar can allow, so under one the model could only spell it out: leave the
          * reply to the model rather than push it off its own format. */
-        const struct tokenizer *tk = r->f->model.tok;
+        const struct tokenizer *tk = r->model->tok;
         long id = tokenizer_find_special(tk, marker);
         char piece[64];
 

@@ -21,6 +21,7 @@
 #include "queue.h"
 #include "reload.h"
 #include "request.h"
+#include "roll.h"
 #include "sdnotify.h"
 #include "service.h"
 #include "supervisor.h"
@@ -205,6 +206,7 @@ int main(int argc, char **argv)
         log_warn("NOTIFY_SOCKET is not an absolute path or @abstract name; not notifying");
     event_set_log_callback(on_libevent_log);
     signal(SIGPIPE, SIG_IGN);
+    const char *model_arg = cfg.model; /* what a reload compares its --model with */
     if (hf_is_ref(cfg.model)) { /* download (or find in the cache) before any worker starts */
         static char model_path[4096];
         struct hf_pull_opts po = {.models_dir = cfg.models_dir, .out = stderr};
@@ -221,14 +223,17 @@ int main(int argc, char **argv)
     TAILQ_INIT(&f.requests);
     if (getrandom(&f.id_salt, sizeof(f.id_salt), 0) != sizeof(f.id_salt))
         f.id_salt = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    if (front_model_open(&f.model, &cfg, err, sizeof(err)) < 0) {
+    struct kiln_config as_given = cfg;
+    as_given.model = model_arg;
+    if (!(f.model = front_model_load(&as_given, cfg.model, 1, err, sizeof(err)))) {
         log_error("%s", err);
         return 1;
     }
+    f.next_gen = 1;
     if (api_init(&f, err, sizeof(err)) < 0) {
         log_error("%s", err);
         api_free(&f);
-        front_model_close(&f.model);
+        front_model_put(f.model);
         return 1;
     }
     if (!host_is_loopback(cfg.host) && f.auth.n_keys == 0)
@@ -241,8 +246,8 @@ int main(int argc, char **argv)
     }
     if (queue_init(&f.queue, &f, cfg.max_waiting) < 0)
         goto out;
-    if (!(f.workers = workers_create(f.base, &cfg, &ops, &f)) ||
-        !(f.sup = supervisor_create(f.base, &cfg, f.workers, f.model.max_context)))
+    if (!(f.workers = workers_create(f.base, &cfg, f.model, &ops, &f)) ||
+        !(f.sup = supervisor_create(f.base, &cfg, f.workers)) || !(f.roll = roll_create(&f)))
         goto out;
     if (!(f.http = http_create(f.base, &cfg, &f.metrics, api_handle, &f, &port, &sd.conns)))
         goto out;
@@ -258,8 +263,8 @@ int main(int argc, char **argv)
         goto out;
     if (!(sd.svc = service_start(&f)))
         goto out;
-    log_info("model %s, context %u, %u worker(s) of %u slots", f.model.name,
-             f.model.max_context, cfg.workers, cfg.max_sequences);
+    log_info("model %s, context %u, %u worker(s) of %u slots", f.model->name,
+             f.model->max_context, cfg.workers, cfg.max_sequences);
 
     fprintf(stderr, "kiln: listening on %s:%u\n", cfg.host, port);
     fflush(stderr);
@@ -270,6 +275,7 @@ int main(int argc, char **argv)
 out:
     while (!TAILQ_EMPTY(&f.requests))
         request_abort(TAILQ_FIRST(&f.requests));
+    roll_free(f.roll);
     supervisor_destroy(f.sup, sd.hard ? 0 : WORKER_STOP_MS);
     workers_destroy(f.workers);
     http_destroy(f.http, sd.conns);
@@ -288,7 +294,7 @@ out:
     if (f.base)
         event_base_free(f.base);
     api_free(&f);
-    front_model_close(&f.model);
+    front_model_put(f.model);
     config_free(&cfg);
     return status;
 }

@@ -9,6 +9,7 @@
 #include <event2/event.h>
 
 #include "api.h"
+#include "front_model.h"
 #include "log.h"
 #include "proto.h"
 #include "request.h"
@@ -124,17 +125,48 @@ void queue_push_head(struct queue *q, struct request *r)
     q->n++;
 }
 
+/* Whether m is one of the n models in seen. */
+static bool model_in(const struct front_model *const *seen, uint32_t n, const struct front_model *m)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (seen[i] == m)
+            return true;
+    return false;
+}
+
+/* While a reload rolls the workers onto another model, requests of two models wait here,
+ * each for its own model's workers: a request none of them can take now does not hold up
+ * those of the other model behind it (each model's requests keep their order). One whose
+ * model has no worker left (a reload replaced it) can never run: it ends with 503. */
 void queue_dispatch(struct queue *q)
 {
     struct request *r;
     struct proto_msg m;
-    struct worker *w;
+    struct worker *w = NULL;
     uint64_t skip = 0; /* workers whose ring turned a job away in this pass (bit = id) */
+    const struct front_model *full[8]; /* models none of whose workers can take a job now */
+    uint32_t n_full = 0;
 
     enum prefix_route_reason why = PREFIX_ROUTE_LEAST_LOADED;
 
-    while ((r = TAILQ_FIRST(&q->waiting)) &&
-           (w = workers_pick_for(q->f->workers, skip, r->prompt, r->n_prompt, &why))) {
+again:
+    TAILQ_FOREACH(r, &q->waiting, link_queue) {
+        if (model_in(full, n_full, r->model))
+            continue;
+        if (!(w = workers_pick_for(q->f->workers, skip, r->model, r->prompt, r->n_prompt,
+                                   &why))) {
+            if (!supervisor_model_hope(q->f->sup, r->model)) {
+                queue_remove(q, r);
+                request_fail(r, 503, "server_error",
+                             "the model this request was read for was replaced by a reload; "
+                             "retry it", NULL, "model_reloaded");
+                goto again; /* failing it may have ended others of its group */
+            }
+            if (n_full == sizeof(full) / sizeof(full[0]))
+                break;
+            full[n_full++] = r->model;
+            continue;
+        }
         memset(&m, 0, sizeof(m));
         m.type = MSG_TYPE_JOB;
         m.req_id = r->req_id;
@@ -151,7 +183,7 @@ void queue_dispatch(struct queue *q)
              * capacity event */
             if (w->id < 64)
                 skip |= (uint64_t)1 << w->id;
-            continue;
+            goto again;
         }
         queue_remove(q, r);
         if (rc < 0) {
@@ -159,11 +191,12 @@ void queue_dispatch(struct queue *q)
                       strerror(-rc));
             request_fail(r, 500, "server_error", "could not hand the job to a worker", NULL,
                          NULL);
-            continue;
+            goto again;
         }
         r->worker = w;
         r->started = false;
         q->f->metrics.routed[why]++;
+        goto again; /* the next in order, from the head: r left the queue */
     }
     if (q->n > 0 && !supervisor_any_hope(q->f->sup))
         queue_fail_all(q, "no worker is available (see /health)");

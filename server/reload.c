@@ -6,7 +6,10 @@
 
 #include "api.h"
 #include "config.h"
+#include "front_model.h"
+#include "hf_pull.h"
 #include "log.h"
+#include "roll.h"
 #include "service.h"
 
 static const char *level_name(enum log_level l)
@@ -15,15 +18,46 @@ static const char *level_name(enum log_level l)
     return (unsigned)l < 4 ? n[l] : "?";
 }
 
-static bool str_eq(const char *a, const char *b)
+/* The model file, --threads and --workers: a rolling restart of the workers (roll.h) when
+ * any changed. A model that does not load in the front keeps everything as it was. */
+static void reload_workers(struct front *f, const struct kiln_config *n)
 {
-    return (!a && !b) || (a && b && strcmp(a, b) == 0);
+    uint32_t threads, count;
+    struct front_model *target = roll_target(f->roll, &threads, &count), *m = NULL;
+    char err[512], why[640];
+
+    if (hf_is_ref(n->model) && strcmp(n->model, target->arg) != 0) {
+        snprintf(why, sizeof(why),
+                 "model %s: a Hugging Face reference is pulled only at start; run `kiln pull "
+                 "%s` and give the file's path",
+                 n->model, n->model);
+        log_error("reload: %s; the workers keep model %s", why, target->name);
+        roll_failed(f->roll, why);
+        return;
+    }
+    if (!hf_is_ref(n->model) && front_model_changed(target, n->model)) {
+        if (!(m = front_model_load(n, n->model, f->next_gen + 1, err, sizeof(err)))) {
+            snprintf(why, sizeof(why), "model %s: %s", n->model, err);
+            log_error("reload: %s; the workers keep model %s", why, target->name);
+            roll_failed(f->roll, why);
+            return;
+        }
+        f->next_gen++;
+        log_info("reload: model %s -> %s (%s)", target->path, m->path, m->name);
+    }
+    if (!m && n->threads == threads && n->workers == count)
+        return;
+    if (n->threads != threads)
+        log_info("reload: threads %u -> %u", threads, n->threads);
+    if (n->workers != count)
+        log_info("reload: workers %u -> %u", count, n->workers);
+    roll_start(f->roll, m ? m : front_model_ref(target), n->threads, n->workers);
 }
 
 void reload_run(struct front *f, struct service *svc, int argc, char **argv)
 {
     struct kiln_config n;
-    char err[512], status[256];
+    char err[512], status[512];
     /* the config is read-only for every module: only fields read on each use change */
     struct kiln_config *cur = (struct kiln_config *)f->cfg;
 
@@ -59,11 +93,10 @@ void reload_run(struct front *f, struct service *svc, int argc, char **argv)
     LIVE_U32(client_timeout_ms, "client-timeout-ms");
     LIVE_U32(drain_ms, "drain-ms");
 #undef LIVE_U32
-    if (!str_eq(n.model, cur->model) || n.threads != cur->threads || n.workers != cur->workers ||
-        n.max_sequences != cur->max_sequences || n.ctx != cur->ctx ||
+    reload_workers(f, &n);
+    if (n.max_sequences != cur->max_sequences || n.ctx != cur->ctx ||
         n.watchdog_ms != cur->watchdog_ms)
-        log_warn("reload: model, threads, workers, max-sequences, ctx and watchdog-ms take effect at the "
-                 "next restart (a rolling restart of the workers is not implemented yet)");
+        log_warn("reload: max-sequences, ctx and watchdog-ms take effect at the next restart");
     config_free(&n);
     service_status_line(f, status, sizeof(status));
     service_reloaded(svc, status);

@@ -303,6 +303,7 @@ static void request_maybe_free(struct request *r)
         free(r->stops[i]);
     free(r->prompt);
     free(r->grammar);
+    front_model_put(r->model);
     relay_destroy(r->relay);
     toolcall_destroy(r->tc_parser);
     if (r->text)
@@ -322,6 +323,7 @@ struct request *request_create(struct front *f, struct evhttp_request *http,
         return NULL;
     }
     r->f = f;
+    r->model = front_model_ref(f->model);
     r->http = http;
     r->kind = kind;
     r->req_id = ++f->next_req_id;
@@ -838,6 +840,7 @@ static struct request *make_choice(struct request *lead, uint32_t i)
         memcpy(c->grammar, lead->grammar, lead->grammar_len + 1);
         c->grammar_len = lead->grammar_len;
     }
+    c->model = front_model_ref(lead->model);
     TAILQ_INSERT_TAIL(&f->requests, c, link_all);
     f->n_requests++;
     lead->choices[i] = c;
@@ -849,7 +852,7 @@ static int make_relay(struct request *lead, struct request *c)
     size_t lens[REQUEST_MAX_STOPS];
     for (uint32_t i = 0; i < lead->n_stops; i++)
         lens[i] = strlen(lead->stops[i]);
-    return relay_create(lead->f->model.tok, (const char *const *)lead->stops, lens,
+    return relay_create(c->model->tok, (const char *const *)lead->stops, lens,
                         lead->n_stops, &c->relay);
 }
 

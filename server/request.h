@@ -16,6 +16,7 @@ struct evhttp_request;
 struct evbuffer;
 struct event;
 struct front;
+struct front_model;
 struct worker;
 struct relay;
 
@@ -40,6 +41,9 @@ enum request_kind { REQUEST_KIND_COMPLETION, REQUEST_KIND_CHAT };
 
 struct request {
     struct front *f;
+    /* The model generation the prompt is tokenized for; its workers alone run the job, and
+     * its name is the reply's "model" (front_model.h). One reference. */
+    struct front_model *model;
     /* The client's request; NULL once the answer is complete or the client left. */
     struct evhttp_request *http;
     TAILQ_ENTRY(request) link_all;   /* f->requests */

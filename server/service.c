@@ -10,6 +10,7 @@
 #include <event2/event.h>
 
 #include "api.h"
+#include "roll.h"
 #include "sdnotify.h"
 #include "supervisor.h"
 #include "workers.h"
@@ -24,7 +25,7 @@ struct service {
     bool reloading;
     bool stopping;
     uint64_t last_ping_us; /* monotonic */
-    char last_status[256];
+    char last_status[512];
 };
 
 void service_status_line(struct front *f, char *buf, size_t len)
@@ -36,14 +37,17 @@ void service_status_line(struct front *f, char *buf, size_t len)
         failed += v->w[i].life == WORKER_LIFE_FAILED;
     }
     free(v);
-    snprintf(buf, len, "%u/%u workers ready, %u failed; %u running, %u waiting", ready, n,
-             failed, f->n_active, f->queue.n);
+    char reload[448] = "";
+    if (f->roll)
+        roll_status(f->roll, reload, sizeof(reload));
+    snprintf(buf, len, "%u/%u workers ready, %u failed; %u running, %u waiting%s", ready, n,
+             failed, f->n_active, f->queue.n, reload);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct service *s = arg;
-    char line[256];
+    char line[512];
     (void)fd;
     (void)what;
     uint64_t wd = sdnotify_watchdog_usec();

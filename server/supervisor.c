@@ -22,6 +22,7 @@
 #include <event2/event.h>
 
 #include "config.h"
+#include "front_model.h"
 #include "log.h"
 #include "notify.h"
 #include "shm_region.h"
@@ -71,13 +72,17 @@ struct proc {
     char last_exit[160];     /* "was killed by signal 11 (Segmentation fault)"; "" if none */
     int64_t last_exit_at;    /* unix milliseconds of last_exit */
     char last_error[256];    /* the last line it wrote to stderr before it died; "" if none */
+    /* a reload (supervisor_retire) */
+    uint32_t threads;        /* its --threads (0: the worker's default) */
+    uint64_t n_ready;        /* processes of it that became READY */
+    bool replacing;          /* stopped by a reload: respawned at once when reaped */
+    bool removing;           /* stopped by a reload: not respawned (supervisor_drop_last) */
 };
 
 struct supervisor {
     struct event_base *base;
     const struct kiln_config *cfg;
     struct workers *ws;
-    uint32_t max_context;
     char exe[PATH_MAX];
     struct event *ev_sigchld;
     struct event *ev_watchdog; /* pending while some worker process lives */
@@ -86,8 +91,8 @@ struct supervisor {
     bool stopping;             /* the workers were told to exit */
     void (*on_stopped)(void *arg);
     void *on_stopped_arg;
-    uint32_t n;
-    struct proc p[];
+    uint32_t n;                /* as many as the table's workers */
+    struct proc p[];           /* room for CONFIG_MAX_WORKERS */
 };
 
 static int64_t mono_ms(void)
@@ -403,8 +408,8 @@ static int spawn(struct proc *p)
     snprintf(a_note, sizeof(a_note), "%d", CHILD_NOTIFY_FD);
     snprintf(a_seq, sizeof(a_seq), "%u", c->max_sequences);
     snprintf(a_pre, sizeof(a_pre), "%u", c->max_prefill_tokens);
-    snprintf(a_ctx, sizeof(a_ctx), "%u", s->max_context);
-    snprintf(a_thr, sizeof(a_thr), "%u", c->threads);
+    snprintf(a_ctx, sizeof(a_ctx), "%u", w->model->max_context);
+    snprintf(a_thr, sizeof(a_thr), "%u", p->threads);
     snprintf(a_kv, sizeof(a_kv), "%u", c->kv_cache_tokens);
     snprintf(a_delay, sizeof(a_delay), "%u", c->mock_delay_ms);
     snprintf(a_load, sizeof(a_load), "%u", c->mock_load_ms);
@@ -420,7 +425,7 @@ static int spawn(struct proc *p)
     argv[n++] = "--notify-fd";
     argv[n++] = a_note;
     argv[n++] = "--model";
-    argv[n++] = (char *)c->model;
+    argv[n++] = w->model->path;
     argv[n++] = "--max-sequences";
     argv[n++] = a_seq;
     argv[n++] = "--max-prefill-tokens";
@@ -431,7 +436,7 @@ static int spawn(struct proc *p)
         argv[n++] = "--kv-cache-tokens";
         argv[n++] = a_kv;
     }
-    if (c->threads) {
+    if (p->threads) {
         argv[n++] = "--threads";
         argv[n++] = a_thr;
     }
@@ -506,6 +511,7 @@ static void on_ready(void *ctx, struct worker *w)
     if (p->life == WORKER_LIFE_STARTING)
         p->life = WORKER_LIFE_READY;
     p->start_failures = 0;
+    p->n_ready++;
     p->ready_at_ms = mono_ms();
     watch_from_now(p); /* the watchdog counts from READY, busy or not */
     log_info("worker %u (pid %ld) ready", w->id, (long)p->pid);
@@ -590,6 +596,102 @@ static void on_respawn(evutil_socket_t fd, short what, void *arg)
     workers_kick(p->s->ws);
 }
 
+/* A reload changed p's model or threads: its next process starts now, with no backoff
+ * history (it is another worker). */
+static void respawn_now(struct proc *p)
+{
+    p->replacing = false;
+    p->deaths_in_row = p->start_failures = 0;
+    if (p->s->draining) {
+        p->life = WORKER_LIFE_STOPPED;
+        return;
+    }
+    if (spawn(p) < 0) {
+        snprintf(p->last_exit, sizeof(p->last_exit), "could not be started");
+        p->last_exit_at = wall_ms();
+        plan_respawn(p, false);
+    }
+}
+
+void supervisor_retire(struct supervisor *s, uint32_t i, bool respawn, uint32_t threads,
+                       bool kill_now)
+{
+    struct proc *p = &s->p[i];
+    if (i >= s->n)
+        return;
+    p->replacing = respawn;
+    p->removing = !respawn;
+    if (respawn)
+        p->threads = threads;
+    if (p->pid > 0) {
+        (void)kill(p->pid, kill_now ? SIGKILL : SIGTERM);
+        return;
+    }
+    evtimer_del(p->ev_respawn);
+    if (respawn)
+        respawn_now(p);
+    else
+        p->life = WORKER_LIFE_STOPPED;
+    workers_kick(s->ws);
+}
+
+static int proc_init(struct supervisor *s, uint32_t i, uint32_t threads)
+{
+    struct proc *p = &s->p[i];
+    memset(p, 0, sizeof(*p));
+    p->s = s;
+    p->w = workers_get(s->ws, i);
+    p->life = WORKER_LIFE_STOPPED;
+    p->err_fd = -1;
+    p->threads = threads;
+    p->ev_respawn = evtimer_new(s->base, on_respawn, p);
+    return p->ev_respawn ? 0 : -ENOMEM;
+}
+
+int supervisor_add(struct supervisor *s, struct front_model *model, uint32_t threads)
+{
+    uint32_t i = s->n;
+    if (s->draining || !workers_add(s->ws, model))
+        return -ENOSPC;
+    if (proc_init(s, i, threads) < 0) {
+        workers_drop_last(s->ws);
+        return -ENOMEM;
+    }
+    s->n++;
+    if (spawn(&s->p[i]) < 0) {
+        snprintf(s->p[i].last_exit, sizeof(s->p[i].last_exit), "could not be started");
+        s->p[i].last_exit_at = wall_ms();
+        plan_respawn(&s->p[i], false);
+    }
+    workers_kick(s->ws);
+    return (int)i;
+}
+
+void supervisor_drop_last(struct supervisor *s)
+{
+    struct proc *p;
+    if (s->n == 0 || (p = &s->p[s->n - 1])->pid > 0)
+        return;
+    close_err(p);
+    if (p->ev_respawn)
+        event_free(p->ev_respawn);
+    p->ev_respawn = NULL;
+    s->n--;
+    workers_drop_last(s->ws);
+}
+
+bool supervisor_model_hope(struct supervisor *s, const struct front_model *model)
+{
+    for (uint32_t i = 0; i < s->n; i++) {
+        struct proc *p = &s->p[i];
+        enum worker_life l = life_get(p);
+        if (p->w->model == model && !p->removing &&
+            (l == WORKER_LIFE_STARTING || l == WORKER_LIFE_READY || l == WORKER_LIFE_BACKOFF))
+            return true;
+    }
+    return false;
+}
+
 /* The state /health and the metrics show for p: its life's name, except that a failed
  * worker's new attempt reads "failed" until it is ready. */
 static enum worker_life shown_life(struct proc *p)
@@ -667,17 +769,29 @@ static void worker_died(struct proc *p, int status)
         snprintf(what, sizeof(what), "crashed (signal %d)", WTERMSIG(status));
     else
         snprintf(what, sizeof(what), "exited (status %d)", WEXITSTATUS(status));
-    snprintf(cause, sizeof(cause), "worker %u %s while running this request (error id %s)",
-             w->id, what, eid);
+    if (p->replacing || p->removing)
+        snprintf(cause, sizeof(cause),
+                 "worker %u was replaced by a reload before this request finished "
+                 "(--drain-ms %u)", w->id, s->cfg->drain_ms);
+    else
+        snprintf(cause, sizeof(cause), "worker %u %s while running this request (error id %s)",
+                 w->id, what, eid);
     if (s->stopping)
         log_info("worker %u (pid %ld) %s", w->id, pid, p->last_exit);
+    else if ((p->replacing || p->removing) && was_ready)
+        log_info("worker %u (pid %ld) %s (stopped by a reload)", w->id, pid, p->last_exit);
     else
         log_error("worker %u (pid %ld) %s [error id %s]%s%s", w->id, pid, p->last_exit, eid,
                   tail[0] ? "; its last stderr lines: " : "", tail);
 
     worker_detach(w, cause);
     close_err(p);
-    plan_respawn(p, was_ready);
+    if (p->removing)
+        p->life = WORKER_LIFE_STOPPED;
+    else if (p->replacing)
+        respawn_now(p);
+    else
+        plan_respawn(p, was_ready);
     check_stopped(s);
     workers_kick(s->ws);
 }
@@ -781,6 +895,11 @@ struct supervisor_view *supervisor_view(struct supervisor *s)
         o->last_exit = p->last_exit;
         o->last_exit_at = p->last_exit_at;
         o->last_error = p->last_error;
+        o->model = w->model ? w->model->name : "";
+        o->threads = p->threads;
+        o->spawns = p->n_spawns;
+        o->readies = p->n_ready;
+        o->draining = w->retiring || p->replacing || p->removing;
     }
     return v;
 }
@@ -802,10 +921,11 @@ static int find_exe(char *out, size_t cap)
 }
 
 struct supervisor *supervisor_create(struct event_base *base, const struct kiln_config *cfg,
-                                     struct workers *ws, uint32_t max_context)
+                                     struct workers *ws)
 {
     uint32_t n = workers_count(ws);
-    struct supervisor *s = calloc(1, sizeof(*s) + n * sizeof(struct proc));
+    /* room for every worker a reload may add */
+    struct supervisor *s = calloc(1, sizeof(*s) + CONFIG_MAX_WORKERS * sizeof(struct proc));
     int err;
     if (!s) {
         log_error("supervisor: out of memory");
@@ -814,7 +934,6 @@ struct supervisor *supervisor_create(struct event_base *base, const struct kiln_
     s->base = base;
     s->cfg = cfg;
     s->ws = ws;
-    s->max_context = max_context;
     s->n = n;
     for (uint32_t i = 0; i < n; i++) {
         struct proc *p = &s->p[i];
@@ -822,6 +941,7 @@ struct supervisor *supervisor_create(struct event_base *base, const struct kiln_
         p->w = workers_get(ws, i);
         p->life = WORKER_LIFE_STOPPED;
         p->err_fd = -1;
+        p->threads = cfg->threads;
     }
     if ((err = find_exe(s->exe, sizeof(s->exe))) < 0) {
         log_error("cannot find kiln-worker beside kiln (%s): %s", s->exe, strerror(-err));

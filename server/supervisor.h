@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 struct event_base;
+struct front_model;
 struct kiln_config;
 struct shm_region_hdr;
 struct supervisor;
@@ -36,11 +37,33 @@ enum worker_life {
 /* "starting", "ready", "backoff", "failed", "stopped". */
 const char *worker_life_name(enum worker_life l);
 
-/* Start cfg->workers processes of kiln-worker (found beside kiln), each attached to its
- * worker of ws (which must outlive the supervisor). max_context is the context each worker
- * gets. Returns NULL with a message logged. */
+/* Start a process of kiln-worker (found beside kiln) for each worker of ws (which must
+ * outlive the supervisor), attached to it: the worker's model (its path and context) with
+ * cfg->threads. Returns NULL with a message logged. */
 struct supervisor *supervisor_create(struct event_base *base, const struct kiln_config *cfg,
-                                     struct workers *ws, uint32_t max_context);
+                                     struct workers *ws);
+
+/* ---- for a reload's rolling restart (roll.h) ---- */
+
+/* One more worker at the end of the table running model with threads, spawned. Returns its
+ * index, or -errno (the table is full, out of memory, shutting down). */
+int supervisor_add(struct supervisor *s, struct front_model *model, uint32_t threads);
+
+/* Stop worker i (SIGTERM; SIGKILL when kill_now). With respawn its next process starts as
+ * soon as it is reaped, with threads and the table's model for it (worker_set_model), and no
+ * backoff; else it stays stopped for supervisor_drop_last. Its remaining jobs are lost as in
+ * any death, with a cause that names the reload. One without a process is respawned (or
+ * stopped) at once. */
+void supervisor_retire(struct supervisor *s, uint32_t i, bool respawn, uint32_t threads,
+                       bool kill_now);
+
+/* Free the last worker, stopped by supervisor_retire without respawn and reaped (and its
+ * entry in the table). */
+void supervisor_drop_last(struct supervisor *s);
+
+/* Whether a worker of model runs or will run again (starting, ready or in backoff): when none
+ * does, a request tokenized for it can never run (a reload replaced it). */
+bool supervisor_model_hope(struct supervisor *s, const struct front_model *model);
 
 /* SIGTERM every worker, wait up to timeout_ms (0: SIGKILL at once), SIGKILL the rest, reap,
  * free. The loop is not run: for the end of main. NULL is fine. */
@@ -83,6 +106,11 @@ struct worker_view {
     const char *last_exit; /* "was killed by signal 11 (Segmentation fault)"; "" if none */
     int64_t last_exit_at;  /* unix milliseconds of last_exit; 0 if none */
     const char *last_error; /* the last line it wrote to stderr before it died; "" if none */
+    const char *model;     /* the name of the model it runs */
+    uint32_t threads;      /* its --threads (0: the worker's default) */
+    uint64_t spawns;       /* processes spawned */
+    uint64_t readies;      /* processes that became READY */
+    bool draining;         /* a reload drains or stops it */
 };
 
 /* The workers now, for /health, /metrics and the service status. */

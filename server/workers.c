@@ -14,6 +14,7 @@
 #include <event2/event.h>
 
 #include "config.h"
+#include "front_model.h"
 #include "kv_hash.h"
 #include "log.h"
 #include "notify.h"
@@ -78,10 +79,11 @@ bool worker_alive(struct worker *w)
     return w->attached && !w->poisoned;
 }
 
-/* Whether w may be given a job now. */
+/* Whether w may be given a job now (a worker a reload drains takes none). */
 static bool worker_serving(struct worker *w)
 {
-    return worker_alive(w) && worker_is_ready(w) && w->used < w->ws->cfg->max_sequences;
+    return worker_alive(w) && !w->retiring && worker_is_ready(w) &&
+           w->used < w->ws->cfg->max_sequences;
 }
 
 /* Only READY workers get jobs: one still loading may hang there, and the watchdog watches
@@ -102,7 +104,8 @@ struct worker *workers_pick_skip(struct workers *ws, uint64_t skip)
     return best;
 }
 
-struct worker *workers_pick_for(struct workers *ws, uint64_t skip, const uint32_t *prompt,
+struct worker *workers_pick_for(struct workers *ws, uint64_t skip,
+                                const struct front_model *model, const uint32_t *prompt,
                                 uint32_t n, enum prefix_route_reason *why)
 {
     struct prefix_route_cand cand[CONFIG_MAX_WORKERS];
@@ -114,7 +117,7 @@ struct worker *workers_pick_for(struct workers *ws, uint64_t skip, const uint32_
         struct worker *w = &ws->w[i];
         if (i < 64 && (skip & ((uint64_t)1 << i)))
             continue;
-        if (!worker_serving(w))
+        if (w->model != model || !worker_serving(w))
             continue;
         cand[k].used = w->used;
         cand[k].match = w->prefix ? prefix_index_match(w->prefix, ws->keys, n_keys) : 0;
@@ -455,6 +458,7 @@ int worker_attach(struct worker *w, struct shm_region *reg, int wake_fd, int not
     w->notify_fd = notify_fd;
     w->ev_notify = ev;
     w->attached = true;
+    w->retiring = false; /* a new process: a reload that drained the old one is past it */
     event_add(w->ev_notify, NULL);
     /* say we sleep; if the worker was quicker, read at once */
     if (!notify_prepare_sleep(&w->reg.to_front))
@@ -520,55 +524,96 @@ void worker_detach(struct worker *w, const char *cause)
     close_channel(w);
 }
 
-struct workers *workers_create(struct event_base *base, const struct kiln_config *cfg,
-                               const struct workers_ops *ops, void *ctx)
+/* Set up the table's next entry (detached) for model. Returns it, or NULL when out of
+ * memory (nothing kept). */
+static struct worker *slot_add(struct workers *ws, struct front_model *model)
 {
-    struct workers *ws = calloc(1, sizeof(*ws) + cfg->workers * sizeof(struct worker));
+    struct worker *w = &ws->w[ws->n];
+    memset(w, 0, sizeof(*w));
+    w->ws = ws;
+    w->id = ws->n;
+    w->wake_fd = w->notify_fd = -1;
+    w->reg.fd = -1;
+    w->slots = calloc(ws->cfg->max_sequences, sizeof(*w->slots));
+    w->prefix = prefix_index_create();
+    if (!w->slots || !w->prefix) {
+        free(w->slots);
+        prefix_index_destroy(w->prefix);
+        return NULL;
+    }
+    w->model = front_model_ref(model);
+    ws->n++;
+    return w;
+}
+
+/* Free w's memory (detached). */
+static void slot_free(struct worker *w)
+{
+    close_channel(w);
+    free(w->slots);
+    w->slots = NULL;
+    prefix_index_destroy(w->prefix);
+    w->prefix = NULL;
+    front_model_put(w->model);
+    w->model = NULL;
+}
+
+struct workers *workers_create(struct event_base *base, const struct kiln_config *cfg,
+                               struct front_model *model, const struct workers_ops *ops,
+                               void *ctx)
+{
+    /* room for every worker a reload may add */
+    struct workers *ws = calloc(1, sizeof(*ws) + CONFIG_MAX_WORKERS * sizeof(struct worker));
     if (!ws)
         return NULL;
     ws->base = base;
     ws->cfg = cfg;
     ws->ops = ops;
     ws->ctx = ctx;
-    ws->n = cfg->workers;
-    for (uint32_t i = 0; i < ws->n; i++) {
-        struct worker *w = &ws->w[i];
-        w->ws = ws;
-        w->id = i;
-        w->wake_fd = w->notify_fd = -1;
-        w->reg.fd = -1;
-    }
     ws->scratch = malloc(WIRE_MAX_MSG);
     ws->keys = malloc((WIRE_MAX_PROMPT / KV_HASH_BLOCK) * sizeof(uint64_t));
     ws->decoder = proto_decoder_create();
     ws->ev_flush = event_new(base, -1, 0, on_flush, ws);
     if (!ws->scratch || !ws->keys || !ws->decoder || !ws->ev_flush)
         goto fail;
-    for (uint32_t i = 0; i < ws->n; i++) {
-        struct worker *w = &ws->w[i];
-        w->slots = calloc(cfg->max_sequences, sizeof(*w->slots));
-        w->prefix = prefix_index_create();
-        if (!w->slots || !w->prefix)
+    for (uint32_t i = 0; i < cfg->workers; i++)
+        if (!slot_add(ws, model))
             goto fail;
-    }
     return ws;
 fail:
     workers_destroy(ws);
     return NULL;
 }
 
+struct worker *workers_add(struct workers *ws, struct front_model *model)
+{
+    return ws->n < CONFIG_MAX_WORKERS ? slot_add(ws, model) : NULL;
+}
+
+void workers_drop_last(struct workers *ws)
+{
+    if (ws->n > 0 && !ws->w[ws->n - 1].attached)
+        slot_free(&ws->w[--ws->n]);
+}
+
+void worker_set_model(struct worker *w, struct front_model *model)
+{
+    struct front_model *old = w->model;
+    w->model = front_model_ref(model);
+    front_model_put(old);
+}
+
+void worker_set_retiring(struct worker *w, bool retiring)
+{
+    w->retiring = retiring;
+}
+
 void workers_destroy(struct workers *ws)
 {
     if (!ws)
         return;
-    for (uint32_t i = 0; i < ws->n; i++) {
-        struct worker *w = &ws->w[i];
-        close_channel(w);
-        free(w->slots);
-        w->slots = NULL;
-        prefix_index_destroy(w->prefix);
-        w->prefix = NULL;
-    }
+    for (uint32_t i = 0; i < ws->n; i++)
+        slot_free(&ws->w[i]);
     if (ws->ev_flush)
         event_free(ws->ev_flush);
     free(ws->scratch);

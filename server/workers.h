@@ -20,6 +20,7 @@ struct event_base;
 struct event;
 struct kiln_config;
 struct workers;
+struct front_model;
 
 /* One job slot: the owner of the job whose final record has not come back yet. */
 struct worker_slot {
@@ -45,6 +46,8 @@ struct worker {
     bool wake_pending;       /* records pushed since the last wake */
     uint64_t n_records;
     struct prefix_index *prefix; /* the block keys its KV cache reported; cleared at detach */
+    struct front_model *model; /* the model generation it runs (one reference): jobs of it only */
+    bool retiring;           /* a reload drains it: no new jobs (worker_set_retiring) */
 };
 
 /* Callbacks into the request layer; ctx is workers_create's. */
@@ -69,9 +72,21 @@ struct workers_events {
     void (*poisoned)(void *ctx, struct worker *w, const char *why);
 };
 
-/* A table of cfg->workers workers, all detached. Returns NULL when out of memory. */
+/* A table of cfg->workers workers running model, all detached (room for CONFIG_MAX_WORKERS:
+ * a reload may add some). Returns NULL when out of memory. */
 struct workers *workers_create(struct event_base *base, const struct kiln_config *cfg,
-                               const struct workers_ops *ops, void *ctx);
+                               struct front_model *model, const struct workers_ops *ops,
+                               void *ctx);
+
+/* A reload: one more worker (detached) at the end, to run model. Returns it, or NULL when
+ * the table is full or out of memory. */
+struct worker *workers_add(struct workers *ws, struct front_model *model);
+/* A reload: free the last worker, which must be detached. */
+void workers_drop_last(struct workers *ws);
+/* A reload: w runs model from its next process on (takes a reference, drops the old). */
+void worker_set_model(struct worker *w, struct front_model *model);
+/* A reload drains w: it takes no new jobs while retiring. */
+void worker_set_retiring(struct worker *w, bool retiring);
 /* Close every channel and free. No callback is made. NULL is fine. */
 void workers_destroy(struct workers *ws);
 
@@ -107,9 +122,10 @@ struct worker *workers_pick(struct workers *ws);
  * ring turned a job away is skipped for the rest of a dispatch pass. */
 struct worker *workers_pick_skip(struct workers *ws, uint64_t skip);
 
-/* workers_pick_skip for a job of prompt (n tokens), by the routing rule of prefix_index.h;
- * *why says which rule chose (unset when NULL is returned). */
-struct worker *workers_pick_for(struct workers *ws, uint64_t skip, const uint32_t *prompt,
+/* workers_pick_skip among the workers of model, for a job of prompt (n tokens), by the
+ * routing rule of prefix_index.h; *why says which rule chose (unset when NULL is returned). */
+struct worker *workers_pick_for(struct workers *ws, uint64_t skip,
+                                const struct front_model *model, const uint32_t *prompt,
                                 uint32_t n, enum prefix_route_reason *why);
 
 /* Whether any worker is attached and can take jobs now or once it is ready: when none can

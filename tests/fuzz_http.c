@@ -67,6 +67,7 @@ static void fuzz_body(const uint8_t *data, size_t size, enum request_kind kind)
         return;
     }
     r->f = &fuzz_front;
+    r->model = front_model_ref(fuzz_front.model);
     r->kind = kind;
     r->lead = r;
     proto_sampling_init(&r->sampling);
@@ -82,6 +83,7 @@ static void fuzz_body(const uint8_t *data, size_t size, enum request_kind kind)
     for (uint32_t i = 0; i < r->n_stops; i++)
         free(r->stops[i]);
     free(r->grammar);
+    front_model_put(r->model);
     free(ids);
     free(r);
     json_decref(o);
@@ -95,7 +97,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char err[256];
         config_init(&cfg);
         cfg.model = "mock";
-        if (front_model_open(&fuzz_front.model, &cfg, err, sizeof(err)) < 0)
+        if (!(fuzz_front.model = front_model_load(&cfg, "mock", 1, err, sizeof(err))))
             __builtin_trap();
         fuzz_front.cfg = &cfg;
         ready = 1;

@@ -29,7 +29,7 @@ static char *tree_frame(const struct request *r, uint32_t index, const char *tex
     bool chat = r->kind == REQUEST_KIND_CHAT;
     json_t *root = json_pack("{s:s, s:s, s:I, s:s}", "id", r->id, "object",
                              chat ? "chat.completion.chunk" : "text_completion", "created",
-                             (json_int_t)r->created, "model", r->f->model.name);
+                             (json_int_t)r->created, "model", r->model->name);
     json_t *lp = logprobs ? (chat ? json_pack("{s:o}", "content", logprobs) : logprobs)
                           : json_null();
     json_t *choice = json_pack("{s:i, s:o, s:o}", "index", (int)index, "logprobs", lp,
@@ -51,12 +51,15 @@ static char *tree_frame(const struct request *r, uint32_t index, const char *tex
 static void test_sse_frame_matches_the_tree(void **state)
 {
     static struct front f;
+    static struct front_model m;
     struct request r;
     char text[300];
     (void)state;
-    snprintf(f.model.name, sizeof(f.model.name), "model \"q\" é");
+    snprintf(m.name, sizeof(m.name), "model \"q\" é");
     memset(&r, 0, sizeof(r));
     r.f = &f;
+    f.model = &m;
+    r.model = &m;
     snprintf(r.id, sizeof(r.id), "cmpl-0123456789abcdef00000001");
     r.created = 1796228808;
     size_t n = 0;
@@ -143,15 +146,18 @@ static void random_tokens(struct relay_token *toks, uint32_t n)
 static void test_sse_frame_with_logprobs_matches_the_tree(void **state)
 {
     static struct front f;
+    static struct front_model m;
     static struct relay_token toks[12];
     struct request r;
     char text[512];
     (void)state;
-    snprintf(f.model.name, sizeof(f.model.name), "mock");
-    f.model.tok = tokenizer_create_bytes();
-    assert_non_null(f.model.tok);
+    snprintf(m.name, sizeof(m.name), "mock");
+    m.tok = tokenizer_create_bytes();
+    assert_non_null(m.tok);
     memset(&r, 0, sizeof(r));
     r.f = &f;
+    f.model = &m;
+    r.model = &m;
     snprintf(r.id, sizeof(r.id), "chatcmpl-0123456789abcdef00000002");
     r.created = 1796228808;
     for (int round = 0; round < 3000; round++) {
@@ -179,7 +185,7 @@ static void test_sse_frame_with_logprobs_matches_the_tree(void **state)
         free(a);
         free(b);
     }
-    tokenizer_destroy(f.model.tok);
+    tokenizer_destroy(m.tok);
 }
 
 /* The tool and reasoning chunks as trees, as api_json_tools.c built them before. */
@@ -187,7 +193,7 @@ static json_t *tree_delta_chunk(const struct request *r, uint32_t index, json_t 
 {
     return json_pack("{s:s, s:s, s:I, s:s, s:[{s:i, s:o, s:n, s:n}]}", "id", r->id, "object",
                      "chat.completion.chunk", "created", (json_int_t)r->created, "model",
-                     r->f->model.name, "choices", "index", (int)index, "delta", delta,
+                     r->model->name, "choices", "index", (int)index, "delta", delta,
                      "logprobs", "finish_reason");
 }
 
@@ -211,12 +217,15 @@ static char *tree_tool_chunk(const struct request *r, uint32_t index, uint32_t c
 static void test_sse_tool_and_reasoning_frames_match_the_tree(void **state)
 {
     static struct front f;
+    static struct front_model m;
     struct request r;
     char a_text[512], b_text[512];
     (void)state;
-    snprintf(f.model.name, sizeof(f.model.name), "model \"q\" \xc3\xa9");
+    snprintf(m.name, sizeof(m.name), "model \"q\" \xc3\xa9");
     memset(&r, 0, sizeof(r));
     r.f = &f;
+    f.model = &m;
+    r.model = &m;
     r.kind = REQUEST_KIND_CHAT;
     snprintf(r.id, sizeof(r.id), "chatcmpl-0123456789abcdef00000003");
     r.created = 1796228808;

@@ -1,0 +1,500 @@
+/* Integration tests of the reload's rolling restart (server/roll.c): a steady load through
+ * a SIGHUP that changes the model file fails no request, every reply names the model that
+ * served it (the mock's fixed text under "mock", stories260K's under its name), replies
+ * before the reload come from the old model and after it from the new, and /v1/models lists
+ * both while they are mixed; a model file that does not load (refused by the front, or by
+ * the new worker) keeps the old workers serving, with the cause in /health and the service
+ * status; --workers and --threads changes add, remove and restart workers. */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "front_util.h"
+#include "lib/model_gen.h"
+
+static char stories[4096];
+
+static int setup(void **state)
+{
+    (void)state;
+    const char *shared = getenv("KILN_SHARED");
+    snprintf(stories, sizeof(stories), "%s/models/stories260K.gguf", shared ? shared : "../shared");
+    if (access(stories, R_OK) != 0) {
+        fprintf(stderr, "no %s\n", stories);
+        return -1;
+    }
+    return 0;
+}
+
+__attribute__((format(printf, 2, 3))) static void write_conf(const char *path, const char *fmt,
+                                                              ...)
+{
+    char tmp[4200];
+    va_list ap;
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *fp = fopen(tmp, "w");
+    assert_non_null(fp);
+    va_start(ap, fmt);
+    vfprintf(fp, fmt, ap);
+    va_end(ap);
+    assert_int_equal(fclose(fp), 0);
+    assert_int_equal(rename(tmp, path), 0); /* kiln never reads half a file */
+}
+
+static json_t *health(int port)
+{
+    return front_health(port);
+}
+
+/* /health's reload.state is want. */
+/* /health's reload.state is want, after count reloads that asked to change the workers. */
+struct reload_cond {
+    int port;
+    const char *want;
+    long long count;
+};
+
+static bool reload_is(void *arg)
+{
+    struct reload_cond *c = arg;
+    json_t *h = health(c->port);
+    json_t *rl = json_object_get(h, "reload");
+    const char *st = json_string_value(json_object_get(rl, "state"));
+    bool ok = st && strcmp(st, c->want) == 0 &&
+              json_integer_value(json_object_get(rl, "count")) == c->count;
+    json_decref(h);
+    return ok;
+}
+
+/* Every worker /health lists is ready and there are n. */
+struct workers_cond {
+    int port;
+    size_t n;
+};
+
+static bool workers_ready(void *arg)
+{
+    struct workers_cond *c = arg;
+    json_t *h = health(c->port);
+    json_t *ws = json_object_get(h, "workers");
+    bool ok = json_array_size(ws) == c->n;
+    for (size_t i = 0; ok && i < json_array_size(ws); i++)
+        ok = strcmp(json_string_value(json_object_get(json_array_get(ws, i), "state")),
+                    "ready") == 0;
+    json_decref(h);
+    return ok;
+}
+
+/* /v1/models' ids, joined with ',' into out; returns how many. */
+static size_t models(int port, char *out, size_t cap)
+{
+    json_t *j = NULL;
+    out[0] = '\0';
+    if (front_call(port, "GET", "/v1/models", NULL, &j, NULL) != 200) {
+        json_decref(j);
+        return 0;
+    }
+    json_t *data = json_object_get(j, "data");
+    for (size_t i = 0; i < json_array_size(data); i++) {
+        const char *id = json_string_value(json_object_get(json_array_get(data, i), "id"));
+        snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? "," : "", id ? id : "?");
+    }
+    size_t n = json_array_size(data);
+    json_decref(j);
+    return n;
+}
+
+static bool two_models(void *arg)
+{
+    char ids[512];
+    return models(*(int *)arg, ids, sizeof(ids)) == 2;
+}
+
+/* ---- the load ---- */
+
+#define LOAD_THREADS 3
+#define MAX_RESULTS 4096
+
+struct result {
+    int phase;           /* the load's phase when the request was sent */
+    int status;          /* HTTP status, or -errno */
+    bool error_event;    /* a stream that ended in an error event */
+    bool frames_agree;   /* a stream: every frame named the same model */
+    char model[128];
+    char text[512];
+};
+
+struct load {
+    int port;
+    atomic_int phase;    /* 0 before the reload, 1 while it rolls, 2 after it is done */
+    atomic_bool stop;
+    atomic_int n;
+    atomic_int per_phase[3];
+    struct result res[MAX_RESULTS];
+};
+
+#define BODY "{\"prompt\": \"Once upon a time\", \"max_tokens\": 40%s}"
+
+static void one_whole(struct load *L, struct result *r)
+{
+    char body[160];
+    json_t *j = NULL;
+    snprintf(body, sizeof(body), BODY, "");
+    r->status = front_call(L->port, "POST", "/v1/completions", body, &j, NULL);
+    const char *m = json_string_value(json_object_get(j, "model"));
+    const char *t =
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
+    snprintf(r->model, sizeof(r->model), "%s", m ? m : "");
+    snprintf(r->text, sizeof(r->text), "%s", t ? t : "");
+    r->frames_agree = true;
+    json_decref(j);
+}
+
+static void one_stream(struct load *L, struct result *r)
+{
+    char body[160];
+    struct http_stream *s = NULL;
+    struct sse_event ev;
+    int rc;
+    snprintf(body, sizeof(body), BODY, ", \"stream\": true");
+    r->frames_agree = true;
+    r->status = http_stream_open(L->port, "POST", "/v1/completions", NULL, body, 30000, &s);
+    if (r->status != 200) {
+        http_stream_close(s);
+        return;
+    }
+    while ((rc = sse_next(s, &ev, 30000)) == 1 && !ev.done) {
+        json_t *j = json_loads(ev.data, 0, NULL);
+        if (json_object_get(j, "error"))
+            r->error_event = true;
+        const char *m = json_string_value(json_object_get(j, "model"));
+        if (m && !r->model[0])
+            snprintf(r->model, sizeof(r->model), "%s", m);
+        else if (m && strcmp(m, r->model) != 0)
+            r->frames_agree = false;
+        const char *t = front_chunk_text(json_array_get(json_object_get(j, "choices"), 0), false);
+        if (t)
+            strncat(r->text, t, sizeof(r->text) - strlen(r->text) - 1);
+        json_decref(j);
+    }
+    if (rc < 0)
+        r->status = rc;
+    http_stream_close(s);
+}
+
+static void *load_thread(void *arg)
+{
+    struct load *L = arg;
+    for (unsigned k = 0; !atomic_load(&L->stop); k++) {
+        int i = atomic_fetch_add(&L->n, 1);
+        if (i >= MAX_RESULTS)
+            break;
+        struct result *r = &L->res[i];
+        r->phase = atomic_load(&L->phase);
+        if (k % 2)
+            one_stream(L, r);
+        else
+            one_whole(L, r);
+        atomic_fetch_add(&L->per_phase[r->phase], 1);
+    }
+    return NULL;
+}
+
+struct phase_cond {
+    struct load *L;
+    int phase, n;
+};
+
+static bool phase_has(void *arg)
+{
+    struct phase_cond *c = arg;
+    return atomic_load(&c->L->per_phase[c->phase]) >= c->n;
+}
+
+static struct kiln_proc *start_with_conf(const char *conf, const char *const *extra)
+{
+    const char *args[32] = {"--config", conf,         "--mock-delay-ms", "5",
+                            "--drain-ms", "20000", "--mock-reply",    MOCK_REPLY};
+    int n = 8;
+    for (int i = 0; extra && extra[i] && n < 31; i++)
+        args[n++] = extra[i];
+    args[n] = NULL;
+    return kiln_start(args);
+}
+
+static void test_roll_reload_to_another_model_under_load_fails_nothing(void **state)
+{
+    (void)state;
+    char conf[128], ids[512], new_name[512];
+    static struct load L;
+    pthread_t th[LOAD_THREADS];
+
+    snprintf(conf, sizeof(conf), "/tmp/kiln-roll-%ld.conf", (long)getpid());
+    write_conf(conf, "model = mock\nworkers = 2\nthreads = 1\n");
+    struct kiln_proc *p = start_with_conf(conf, NULL);
+    assert_non_null(p);
+    struct workers_cond wc = {kiln_port(p), 2};
+    assert_true(wait_until(workers_ready, &wc, 20000));
+
+    memset(&L, 0, sizeof(L));
+    L.port = kiln_port(p);
+    for (int i = 0; i < LOAD_THREADS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, load_thread, &L), 0);
+    struct phase_cond before = {&L, 0, 6};
+    assert_true(wait_until(phase_has, &before, 30000));
+
+    /* the reload: another model file, with another vocabulary */
+    write_conf(conf, "model = %s\nworkers = 2\nthreads = 1\n", stories);
+    atomic_store(&L.phase, 1);
+    assert_int_equal(kiln_kill(p, SIGHUP), 0);
+    int port = kiln_port(p);
+    /* while old and new workers serve, /v1/models lists both */
+    bool saw_both = wait_until(two_models, &port, 30000);
+    struct reload_cond rc = {port, "done", 1};
+    assert_true(wait_until(reload_is, &rc, 60000));
+    atomic_store(&L.phase, 2);
+    struct phase_cond after = {&L, 2, 6};
+    bool enough = wait_until(phase_has, &after, 30000);
+    atomic_store(&L.stop, true);
+    for (int i = 0; i < LOAD_THREADS; i++)
+        pthread_join(th[i], NULL);
+    assert_true(enough);
+    if (!saw_both)
+        fail_msg("/v1/models never listed two models during the roll:\n%s", kiln_output(p));
+
+    assert_int_equal(models(port, ids, sizeof(ids)), 1);
+    snprintf(new_name, sizeof(new_name), "%s", ids);
+    assert_string_not_equal(new_name, "mock");
+    int n = atomic_load(&L.n);
+    if (n > MAX_RESULTS)
+        n = MAX_RESULTS;
+    int per_model[2] = {0, 0};
+    for (int i = 0; i < n; i++) {
+        struct result *r = &L.res[i];
+        if (r->status != 200 || r->error_event)
+            fail_msg("request %d (phase %d) failed: status %d%s\n%s", i, r->phase, r->status,
+                     r->error_event ? ", error event" : "", kiln_output(p));
+        assert_true(r->frames_agree);
+        bool old = strcmp(r->model, "mock") == 0;
+        if (!old && strcmp(r->model, new_name) != 0)
+            fail_msg("request %d: model '%s'", i, r->model);
+        /* the reply is the model's own: the mock's fixed text, or stories260K's */
+        if (old != (strcmp(r->text, MOCK_REPLY) == 0))
+            fail_msg("request %d: model '%s' but text '%s'", i, r->model, r->text);
+        if (r->phase == 0 && !old)
+            fail_msg("request %d was sent before the reload but served by %s", i, r->model);
+        if (r->phase == 2 && old)
+            fail_msg("request %d was sent after the reload but served by the mock", i);
+        per_model[old ? 0 : 1]++;
+    }
+    print_message("roll: %d requests, %d by mock, %d by %s, none failed\n", n, per_model[0],
+                  per_model[1], new_name);
+    /* as many workers as before, every one on the new model */
+    json_t *h = health(port);
+    json_t *ws = json_object_get(h, "workers");
+    assert_int_equal(json_array_size(ws), 2);
+    for (size_t i = 0; i < 2; i++)
+        assert_string_equal(json_string_value(json_object_get(json_array_get(ws, i), "model")),
+                            new_name);
+    assert_string_equal(json_string_value(json_object_get(h, "model")), new_name);
+    json_decref(h);
+    assert_int_equal(front_stop(p), 0);
+    unlink(conf);
+}
+
+/* ---- a model that does not load ---- */
+
+struct notify_sock {
+    int fd;
+    char path[108];
+};
+
+static void notify_open(struct notify_sock *ns)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(ns->path, sizeof(ns->path), "/tmp/kiln-roll-notify-%ld.sock", (long)getpid());
+    unlink(ns->path);
+    snprintf(a.sun_path, sizeof(a.sun_path), "%s", ns->path);
+    ns->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    assert_true(ns->fd >= 0);
+    assert_int_equal(bind(ns->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    setenv("NOTIFY_SOCKET", ns->path, 1);
+}
+
+static void notify_close(struct notify_sock *ns)
+{
+    close(ns->fd);
+    unlink(ns->path);
+    unsetenv("NOTIFY_SOCKET");
+}
+
+/* Whether a datagram containing want comes within timeout_ms. */
+static bool notify_wait(struct notify_sock *ns, const char *want, int timeout_ms)
+{
+    struct pollfd pf = {ns->fd, POLLIN, 0};
+    char buf[2048];
+    while (poll(&pf, 1, timeout_ms) == 1) {
+        ssize_t k = recv(ns->fd, buf, sizeof(buf) - 1, 0);
+        if (k <= 0)
+            return false;
+        buf[k] = '\0';
+        if (strstr(buf, want))
+            return true;
+    }
+    return false;
+}
+
+static void expect_mock_serves(int port)
+{
+    json_t *j = NULL;
+    char body[160];
+    snprintf(body, sizeof(body), BODY, "");
+    assert_int_equal(front_call(port, "POST", "/v1/completions", body, &j, NULL), 200);
+    assert_string_equal(json_string_value(json_object_get(j, "model")), "mock");
+    json_decref(j);
+}
+
+/* A SIGHUP to a model that does not load: the reload fails with why (naming the file and
+ * containing cause), the same worker processes serve the mock on. */
+static void expect_failed_reload(struct kiln_proc *p, const char *path, struct notify_sock *ns,
+                                 long long count, const char *cause)
+{
+    int port = kiln_port(p);
+    pid_t before[8], after[8];
+    int nb = proc_children(kiln_pid(p), before, 8);
+    assert_int_equal(kiln_kill(p, SIGHUP), 0);
+    struct reload_cond rc = {port, "failed", count};
+    assert_true(wait_until(reload_is, &rc, 30000));
+    json_t *h = health(port);
+    const char *err =
+        json_string_value(json_object_get(json_object_get(h, "reload"), "error"));
+    if (!err || !strstr(err, path) || !strstr(err, cause))
+        fail_msg("reload error '%s' does not name %s and '%s'", err ? err : "(null)", path, cause);
+    assert_string_equal(json_string_value(json_object_get(h, "model")), "mock");
+    json_decref(h);
+    struct workers_cond wc = {port, 2};
+    assert_true(wait_until(workers_ready, &wc, 20000));
+    /* the old workers never stopped */
+    int na = proc_children(kiln_pid(p), after, 8);
+    assert_int_equal(na, nb);
+    for (int i = 0; i < nb; i++) {
+        bool found = false;
+        for (int k = 0; k < na; k++)
+            found |= before[i] == after[k];
+        assert_true(found);
+    }
+    expect_mock_serves(port);
+    assert_true(notify_wait(ns, "reload failed", 10000));
+    assert_true(kiln_output_contains(p, path));
+}
+
+static void test_roll_broken_model_keeps_the_old_workers_serving(void **state)
+{
+    (void)state;
+    char conf[128], bad[128], half[128], err[256];
+    struct notify_sock ns;
+    snprintf(conf, sizeof(conf), "/tmp/kiln-roll-bad-%ld.conf", (long)getpid());
+    snprintf(bad, sizeof(bad), "/tmp/kiln-roll-bad-%ld.gguf", (long)getpid());
+    snprintf(half, sizeof(half), "/tmp/kiln-roll-half-%ld.gguf", (long)getpid());
+    write_conf(conf, "model = mock\nworkers = 2\n");
+    notify_open(&ns);
+    struct kiln_proc *p = start_with_conf(conf, NULL);
+    assert_non_null(p);
+    struct workers_cond wc = {kiln_port(p), 2};
+    assert_true(wait_until(workers_ready, &wc, 20000));
+    expect_mock_serves(kiln_port(p));
+
+    /* a file the front itself refuses */
+    write_conf(bad, "GGUF, but not really\n");
+    write_conf(conf, "model = %s\nworkers = 2\n", bad);
+    expect_failed_reload(p, bad, &ns, 1, "model");
+
+    /* a file the front reads (vocabulary, context) but a worker cannot load: a tensor is
+     * missing. The extra worker of the roll fails; the reload rolls back. */
+    struct model_gen_opts o = {0};
+    assert_int_equal(model_gen_preset(&o, "tiny"), 0);
+    o.n_vocab = 512;
+    o.seed = 7;
+    o.omit_tensor = "output_norm.weight";
+    assert_int_equal(model_gen_write(&o, half, err, sizeof(err)), 0);
+    write_conf(conf, "model = %s\nworkers = 2\n", half);
+    expect_failed_reload(p, half, &ns, 2, "could not start");
+    if (getenv("ROLL_LOG"))
+        fprintf(stderr, "%s", kiln_output(p));
+
+    assert_int_equal(front_stop(p), 0);
+    notify_close(&ns);
+    unlink(conf);
+    unlink(bad);
+    unlink(half);
+}
+
+/* ---- --workers and --threads ---- */
+
+static void test_roll_worker_count_and_threads_change_live(void **state)
+{
+    (void)state;
+    char conf[128];
+    snprintf(conf, sizeof(conf), "/tmp/kiln-roll-n-%ld.conf", (long)getpid());
+    write_conf(conf, "model = mock\nworkers = 1\nthreads = 1\n");
+    struct kiln_proc *p = start_with_conf(conf, NULL);
+    assert_non_null(p);
+    int port = kiln_port(p);
+    struct workers_cond one = {port, 1}, three = {port, 3};
+    assert_true(wait_until(workers_ready, &one, 20000));
+
+    write_conf(conf, "model = mock\nworkers = 3\nthreads = 1\n");
+    assert_int_equal(kiln_kill(p, SIGHUP), 0);
+    struct reload_cond done = {port, "done", 1};
+    assert_true(wait_until(reload_is, &done, 30000));
+    assert_true(wait_until(workers_ready, &three, 20000));
+    assert_int_equal(proc_children(kiln_pid(p), NULL, 0), 3);
+    expect_mock_serves(port);
+
+    /* threads: every worker restarted (new pids), still three */
+    pid_t before[8], after[8];
+    assert_int_equal(proc_children(kiln_pid(p), before, 8), 3);
+    write_conf(conf, "model = mock\nworkers = 3\nthreads = 2\n");
+    assert_int_equal(kiln_kill(p, SIGHUP), 0);
+    done.count = 2;
+    assert_true(wait_until(reload_is, &done, 30000));
+    assert_true(wait_until(workers_ready, &three, 20000));
+    assert_int_equal(proc_children(kiln_pid(p), after, 8), 3);
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 3; k++)
+            assert_int_not_equal(before[i], after[k]);
+
+    write_conf(conf, "model = mock\nworkers = 1\nthreads = 2\n");
+    assert_int_equal(kiln_kill(p, SIGHUP), 0);
+    done.count = 3;
+    assert_true(wait_until(reload_is, &done, 30000));
+    assert_true(wait_until(workers_ready, &one, 30000));
+    assert_int_equal(proc_children(kiln_pid(p), NULL, 0), 1);
+    expect_mock_serves(port);
+    assert_int_equal(front_stop(p), 0);
+    unlink(conf);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roll_reload_to_another_model_under_load_fails_nothing),
+        cmocka_unit_test(test_roll_broken_model_keeps_the_old_workers_serving),
+        cmocka_unit_test(test_roll_worker_count_and_threads_change_live),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
