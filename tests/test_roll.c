@@ -4,7 +4,8 @@
  * before the reload come from the old model and after it from the new, and /v1/models lists
  * both while they are mixed; a model file that does not load (refused by the front, or by
  * the new worker) keeps the old workers serving, with the cause in /health and the service
- * status; --workers and --threads changes add, remove and restart workers. */
+ * status; --workers and --threads changes add, remove and restart workers; a new file moved
+ * to the same path is rolled onto, the same file again is not. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -489,12 +490,91 @@ static void test_roll_worker_count_and_threads_change_live(void **state)
     unlink(conf);
 }
 
+/* ---- the same path, a new file ---- */
+
+static void copy_file(const char *from, const char *to)
+{
+    char buf[65536];
+    size_t n;
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+        assert_int_equal(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    assert_int_equal(fclose(out), 0);
+}
+
+static bool reloaded(void *arg)
+{
+    return kiln_output_contains(arg, "SIGHUP: reloading the configuration");
+}
+
+static void test_roll_new_file_at_the_same_path_is_rolled_onto(void **state)
+{
+    (void)state;
+    char conf[128], path[128], next[128], err[256], ids[512];
+    snprintf(conf, sizeof(conf), "/tmp/kiln-roll-same-%ld.conf", (long)getpid());
+    snprintf(path, sizeof(path), "/tmp/kiln-roll-same-%ld.gguf", (long)getpid());
+    snprintf(next, sizeof(next), "/tmp/kiln-roll-next-%ld.gguf", (long)getpid());
+    copy_file(stories, path);
+    write_conf(conf, "model = %s\nworkers = 2\nthreads = 1\n", path);
+    struct kiln_proc *p = start_with_conf(conf, NULL);
+    assert_non_null(p);
+    int port = kiln_port(p);
+    struct workers_cond two = {port, 2};
+    assert_true(wait_until(workers_ready, &two, 20000));
+    assert_int_equal(models(port, ids, sizeof(ids)), 1);
+    assert_string_equal(ids, "llama");
+
+    /* the same file: a reload changes no worker */
+    pid_t before[8], after[8];
+    assert_int_equal(proc_children(kiln_pid(p), before, 8), 2);
+    assert_int_equal(kiln_kill(p, SIGHUP), 0);
+    assert_true(wait_until(reloaded, p, 10000));
+    /* the front handled the signal whole before it answers this */
+    struct reload_cond idle = {port, "idle", 0};
+    assert_true(reload_is(&idle));
+    assert_int_equal(proc_children(kiln_pid(p), after, 8), 2);
+    for (int i = 0; i < 2; i++)
+        assert_true(before[i] == after[0] || before[i] == after[1]);
+
+    /* another model moved into place at the same path: rolled onto */
+    struct model_gen_opts o = {0};
+    assert_int_equal(model_gen_preset(&o, "tiny"), 0);
+    o.n_vocab = 512;
+    o.seed = 11;
+    assert_int_equal(model_gen_write(&o, next, err, sizeof(err)), 0);
+    assert_int_equal(rename(next, path), 0);
+    assert_int_equal(kiln_kill(p, SIGHUP), 0);
+    struct reload_cond done = {port, "done", 1};
+    assert_true(wait_until(reload_is, &done, 30000));
+    assert_true(wait_until(workers_ready, &two, 20000));
+    assert_int_equal(models(port, ids, sizeof(ids)), 1);
+    assert_string_not_equal(ids, "llama");
+    assert_int_equal(proc_children(kiln_pid(p), after, 8), 2);
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++)
+            assert_int_not_equal(before[i], after[k]);
+    json_t *j = NULL;
+    assert_int_equal(front_call(port, "POST", "/v1/completions",
+                                "{\"prompt\": \"Once upon a time\", \"max_tokens\": 4}", &j,
+                                NULL),
+                     200);
+    assert_string_equal(json_string_value(json_object_get(j, "model")), ids);
+    json_decref(j);
+    assert_int_equal(front_stop(p), 0);
+    unlink(conf);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roll_reload_to_another_model_under_load_fails_nothing),
         cmocka_unit_test(test_roll_broken_model_keeps_the_old_workers_serving),
         cmocka_unit_test(test_roll_worker_count_and_threads_change_live),
+        cmocka_unit_test(test_roll_new_file_at_the_same_path_is_rolled_onto),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
