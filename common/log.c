@@ -36,8 +36,12 @@ void log_set_json(int on)
     log_json = on;
 }
 
-/* Append s to out (at *off, cap bytes) as the inside of a JSON string. */
-static void json_escape(char *out, size_t cap, size_t *off, const char *s)
+bool log_is_json(void)
+{
+    return log_json != 0;
+}
+
+void log_json_escape(char *out, size_t cap, size_t *off, const char *s)
 {
     static const char hex[] = "0123456789abcdef";
     for (; *s && *off + 7 < cap; s++) {
@@ -65,10 +69,10 @@ static void log_write_json(enum log_level level, const char *stamp, const char *
     int n = snprintf(out, sizeof(out), "{\"time\":\"%s\",\"pid\":%ld,\"role\":\"", stamp,
                      (long)getpid());
     off = n > 0 ? (size_t)n : 0;
-    json_escape(out, sizeof(out), &off, log_role);
+    log_json_escape(out, sizeof(out), &off, log_role);
     n = snprintf(out + off, sizeof(out) - off, "\",\"level\":\"%s\",\"msg\":\"", names[level]);
     off += n > 0 ? (size_t)n : 0;
-    json_escape(out, sizeof(out) - 3, &off, msg);
+    log_json_escape(out, sizeof(out) - 3, &off, msg);
     memcpy(out + off, "\"}\n", 3);
     off += 3;
     log_write_all(out, off);
@@ -117,6 +121,16 @@ static int log_admit(const char *fmt, const struct timespec *ts, char *note, siz
     if (fmt != log_last_fmt)
         log_last_fmt = fmt;
     return 1;
+}
+
+void log_time_stamp(char *out, size_t cap)
+{
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    size_t n = strftime(out, cap, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out + n, cap - n, ".%03ldZ", ts.tv_nsec / 1000000);
 }
 
 void log_write(enum log_level level, const char *fmt, ...)

@@ -2,6 +2,9 @@
 #ifndef LOG_H
 #define LOG_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
 enum log_level { LOG_LEVEL_DEBUG, LOG_LEVEL_INFO, LOG_LEVEL_WARN, LOG_LEVEL_ERROR };
 
 /* role: "kiln" or "worker 1"; copied. level: lines below it are dropped. */
@@ -11,6 +14,15 @@ void log_init(const char *role, enum log_level level);
  * journald, Loki or Elastic. log_init() turns it on when $KILN_LOG_FORMAT is "json", which
  * the front sets for --log-format json before its workers start, so theirs match. */
 void log_set_json(int on);
+/* Whether lines are JSON (log_set_json or $KILN_LOG_FORMAT). */
+bool log_is_json(void);
+
+/* The time now as the lines have it, "2026-12-02T09:00:00.123Z" (UTC), into out (cap >= 25). */
+void log_time_stamp(char *out, size_t cap);
+
+/* Append s to out (at *off, cap bytes in all) as the inside of a JSON string: quotes,
+ * backslashes and control characters escaped; stops short of cap - 7 (s is cut there). */
+void log_json_escape(char *out, size_t cap, size_t *off, const char *s);
 
 void log_write(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -2,6 +2,7 @@
  * field is a 400 naming it), encode the prompt, and shape every answer (whole replies, stream
  * chunks, errors, /v1/models, /health). The request's life after admission is request.c's. */
 #include "api.h"
+#include "access_log.h"
 #include "request_id.h"
 #include "api_tokenize.h"
 
@@ -27,6 +28,7 @@
 #include "log.h"
 #include "ratelimit.h"
 #include "request.h"
+#include "relay.h"
 #include "roll.h"
 #include "shm_region.h"
 #include "stop.h"
@@ -312,7 +314,10 @@ static int completion_prompt(struct request *r, json_t *o, uint32_t max_tokens, 
     return r->echo ? echo_ids(r, ids, n_ids) : 0;
 }
 
-static void handle_generate(struct front *f, struct evhttp_request *http, enum request_kind kind)
+/* A generation request. Returns whether a request took the exchange over (it then writes
+ * the access line when it ends); false when http was answered here. */
+static bool handle_generate(struct front *f, struct evhttp_request *http, enum request_kind kind,
+                            const struct access_entry *a)
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(http);
     size_t len = evbuffer_get_length(in);
@@ -336,7 +341,7 @@ static void handle_generate(struct front *f, struct evhttp_request *http, enum r
         metrics_count_rejected(&f->metrics, METRICS_REJECT_QUEUE_FULL);
         api_send_error(http, 429, "requests", "too many requests are in progress; retry later",
                        NULL, "too_many_concurrent_requests");
-        return;
+        return false;
     }
     o = json_loadb((const char *)evbuffer_pullup(in, -1), len, 0, &jerr);
     if (!o) {
@@ -352,6 +357,7 @@ static void handle_generate(struct front *f, struct evhttp_request *http, enum r
         rc = -ENOMEM;
         goto oom;
     }
+    r->access = *a;
     if ((rc = api_parse_common(r, o, &p, &e)) < 0)
         goto fail_rc;
     if (kind == REQUEST_KIND_CHAT) {
@@ -380,7 +386,7 @@ static void handle_generate(struct front *f, struct evhttp_request *http, enum r
     free(chat);
     json_decref(o);
     (void)request_start(r);
-    return;
+    return true;
 fail_rc:
     if (rc == -ENOMEM)
         goto oom;
@@ -393,7 +399,7 @@ fail:
     } else {
         refuse(f, http, e.status, reject_reason(e.status), &e);
     }
-    return;
+    return r != NULL;
 oom:
     free(chat);
     json_decref(o);
@@ -401,6 +407,7 @@ oom:
         request_fail(r, 500, "server_error", "out of memory", NULL, NULL);
     else
         api_send_error(http, 500, "server_error", "out of memory", NULL, NULL);
+    return r != NULL;
 }
 
 /* ---- the other routes ---- */
@@ -491,6 +498,8 @@ int api_init(struct front *f, char *err, size_t errlen)
         return rc;
     if ((rc = webui_init(c, err, errlen)) < 0)
         return rc;
+    if ((rc = access_log_open(c->access_log, err, errlen)) < 0)
+        return rc;
     return make_limiter(c, &f->ratelimit, err, errlen);
 }
 
@@ -518,6 +527,7 @@ void api_free(struct front *f)
     auth_free(&f->auth);
     ratelimit_destroy(f->ratelimit);
     f->ratelimit = NULL;
+    access_log_close();
 }
 
 static void handle_metrics(struct front *f, struct evhttp_request *http)
@@ -607,16 +617,14 @@ static const struct route routes[] = {
     {"/apply-template", EVHTTP_REQ_POST, "POST", ROUTE_APPLY_TEMPLATE},
 };
 
-void api_handle(struct evhttp_request *http, void *arg)
+/* Route http, checked for its key and rate. Returns whether a request took the exchange
+ * over (a generation); false when it was answered here. */
+static bool route(struct front *f, struct evhttp_request *http, const struct access_entry *a)
 {
-    struct front *f = arg;
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(http);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
     enum evhttp_cmd_type method = evhttp_request_get_command(http);
-    char rid[REQUEST_ID_MAX + 1];
 
-    /* every answer (errors and streams too) names the request: the client's id or ours */
-    request_id_assign(http, f->id_salt, ++f->n_http_requests, rid, sizeof(rid));
     if (!evhttp_request_get_uri(http) || !path) {
         /* libevent calls back without a URI when reading the request failed; it set the
          * status (413 for a body over the limit) */
@@ -630,14 +638,14 @@ void api_handle(struct evhttp_request *http, void *arg)
             api_send_error(http, code >= 400 ? code : 400, "invalid_request_error",
                            "malformed HTTP request", NULL, NULL);
         }
-        return;
+        return false;
     }
     /* the chat page's files need no key and are not rate limited (a page load is several
      * requests); the API calls the page makes are */
     if (webui_handle(f->cfg, http, path, auth_enabled(&f->auth)))
-        return;
+        return false;
     if (!guard(f, http, path))
-        return;
+        return false;
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         const struct route *rt = &routes[i];
         if (strcmp(path, rt->path) != 0)
@@ -646,26 +654,110 @@ void api_handle(struct evhttp_request *http, void *arg)
             evhttp_add_header(evhttp_request_get_output_headers(http), "Allow", rt->allow);
             api_send_error(http, 405, "invalid_request_error", "method not allowed", NULL,
                            NULL);
-            return;
+            return false;
         }
         switch (rt->id) {
         case ROUTE_COMPLETIONS:
-            return handle_generate(f, http, REQUEST_KIND_COMPLETION);
+            return handle_generate(f, http, REQUEST_KIND_COMPLETION, a);
         case ROUTE_CHAT:
-            return handle_generate(f, http, REQUEST_KIND_CHAT);
+            return handle_generate(f, http, REQUEST_KIND_CHAT, a);
         case ROUTE_MODELS:
-            return handle_models(f, http);
+            handle_models(f, http);
+            return false;
         case ROUTE_HEALTH:
-            return handle_health(f, http);
+            handle_health(f, http);
+            return false;
         case ROUTE_METRICS:
-            return handle_metrics(f, http);
+            handle_metrics(f, http);
+            return false;
         case ROUTE_TOKENIZE:
-            return api_tokenize(f, http);
+            api_tokenize(f, http);
+            return false;
         case ROUTE_DETOKENIZE:
-            return api_detokenize(f, http);
+            api_detokenize(f, http);
+            return false;
         case ROUTE_APPLY_TEMPLATE:
-            return api_apply_template(f, http);
+            api_apply_template(f, http);
+            return false;
         }
     }
     api_send_error(http, 404, "invalid_request_error", "no such route", NULL, NULL);
+    return false;
+}
+
+static const char *method_name(enum evhttp_cmd_type m)
+{
+    switch (m) {
+    case EVHTTP_REQ_GET: return "GET";
+    case EVHTTP_REQ_POST: return "POST";
+    case EVHTTP_REQ_HEAD: return "HEAD";
+    case EVHTTP_REQ_PUT: return "PUT";
+    case EVHTTP_REQ_DELETE: return "DELETE";
+    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+    case EVHTTP_REQ_TRACE: return "TRACE";
+    case EVHTTP_REQ_CONNECT: return "CONNECT";
+    case EVHTTP_REQ_PATCH: return "PATCH";
+    }
+    return "-";
+}
+
+/* The part of http's access line known when it comes. */
+static void access_begin(struct front *f, struct evhttp_request *http, struct access_entry *a)
+{
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(http);
+    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    struct evhttp_connection *evcon = evhttp_request_get_connection(http);
+    char *addr = NULL;
+    ev_uint16_t port = 0;
+
+    memset(a, 0, sizeof(*a));
+    a->t_start_us = hist_now_us();
+    a->worker = -1;
+    snprintf(a->method, sizeof(a->method), "%s", method_name(evhttp_request_get_command(http)));
+    snprintf(a->route, sizeof(a->route), "%s", path ? path : "-");
+    if (evcon)
+        evhttp_connection_get_peer(evcon, &addr, &port);
+    snprintf(a->client, sizeof(a->client), "%s", addr ? addr : "-");
+    /* every answer (errors and streams too) names the request: the client's id or ours */
+    request_id_assign(http, f->id_salt, ++f->n_http_requests, a->rid, sizeof(a->rid));
+}
+
+void api_request_over(struct request *lead)
+{
+    struct access_entry *a = &lead->access;
+    if (a->written)
+        return;
+    a->tokens_in = lead->n_prompt;
+    a->tokens_out = 0;
+    for (uint32_t i = 0; i < lead->n_choices; i++) {
+        const struct request *c = lead->choices[i];
+        if (lead->outs[i].finish)
+            a->tokens_out += lead->outs[i].completion_tokens;
+        else if (c && c->relay)
+            a->tokens_out += relay_tokens(c->relay); /* what it had when it ended */
+    }
+    a->t_first_us = lead->t_first_us;
+    /* a->status is request_fail()'s when it failed; a begun stream was sent as 200 */
+    int failed = a->status;
+    if (lead->reply_started)
+        a->status = 200;
+    else if (!failed)
+        a->status = lead->client_gone ? 499 : 200; /* 499: nginx's "client closed" */
+    a->end = lead->client_gone                                       ? ACCESS_END_CLIENT_GONE
+             : failed && (lead->reply_started || failed >= 500) ? ACCESS_END_ERROR
+                                                                     : ACCESS_END_DONE;
+    access_log_write(a, hist_now_us());
+}
+
+void api_handle(struct evhttp_request *http, void *arg)
+{
+    struct front *f = arg;
+    struct access_entry a;
+
+    access_begin(f, http, &a);
+    if (route(f, http, &a))
+        return; /* its request writes the line when it ends (api_request_over) */
+    /* answered here: http is freed only once the answer is written, after this returns */
+    a.status = evhttp_request_get_response_code(http);
+    access_log_write(&a, hist_now_us());
 }

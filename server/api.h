@@ -67,6 +67,10 @@ void api_free(struct front *f);
 /* The evhttp callback for every request. */
 void api_handle(struct evhttp_request *req, void *arg);
 
+/* lead's generation is over for its client (answered, failed or gone): its access line,
+ * once. request.c calls it where a request ends. */
+void api_request_over(struct request *lead);
+
 /* Answer http with an OpenAI error body {"error":{message,type,param,code}}. param and code
  * may be NULL (JSON null). A 503 carries Retry-After. */
 void api_send_error(struct evhttp_request *http, int status, const char *type,

@@ -70,6 +70,9 @@ static const struct opt opts[] = {
     {"log-level", OPT_LEVEL, F(log_level), 0, 0, "info", "debug, info, warn or error"},
     {"log-format", OPT_STR, F(log_format), 0, 0, "text",
      "text, or json: one JSON object a line (time, pid, role, level, msg), the workers' too"},
+    {"access-log", OPT_STR, F(access_log), 0, 0, "stderr",
+     "where the access log (a line per request, in the log format) goes: stderr, off, or a "
+     "file (appended; opened again on SIGHUP, for logrotate)"},
     {"watchdog-ms", OPT_U32, F(watchdog_ms), 0, 86400000, "10000",
      "kill a worker that has work but makes no progress for this long (0: never)"},
     {"drain-ms", OPT_U32, F(drain_ms), 0, 86400000, "30000",

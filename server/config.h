@@ -47,6 +47,7 @@ struct kiln_config {
     const char *tool_call_format; /* NULL: detect from the model's template */
     enum log_level log_level;
     const char *log_format;     /* "text" or "json" */
+    const char *access_log;     /* "stderr", "off" or a file path */
     /* the API's keys and limits */
     struct config_strs api_keys;   /* --api-key, repeatable */
     const char *api_key_file;      /* NULL: none */

@@ -177,6 +177,7 @@ again:
         m.u.job.sampling = r->sampling;
         m.u.job.grammar = r->grammar;
         m.u.job.grammar_len = r->grammar ? r->grammar_len : 0;
+        struct request *lead = r->lead ? r->lead : r;
         int rc = worker_submit(w, &m, r);
         if (rc == -EAGAIN) {
             /* its ring is full: the others may take the job; this one again at the next
@@ -195,6 +196,8 @@ again:
         }
         r->worker = w;
         r->started = false;
+        if (r == lead)
+            lead->access.worker = (int)w->id;
         q->f->metrics.routed[why]++;
         goto again; /* the next in order, from the head: r left the queue */
     }

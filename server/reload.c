@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "access_log.h"
 #include "api.h"
 #include "config.h"
 #include "front_model.h"
@@ -75,6 +76,9 @@ void reload_run(struct front *f, struct service *svc, int argc, char **argv)
     log_info("reload: %zu API key(s)%s, rate limit %u/s (burst %u)", f->auth.n_keys,
              f->auth.has_metrics_key ? " and a metrics key" : "", n.rate_limit,
              n.rate_burst ? n.rate_burst : n.rate_limit);
+    /* the same file opened again (logrotate moved it), or a new destination */
+    if (access_log_open(n.access_log, err, sizeof(err)) < 0)
+        log_error("reload: %s; the access log goes on where it went", err);
     if (n.log_level != cur->log_level) {
         log_info("reload: log-level %s -> %s", level_name(cur->log_level),
                  level_name(n.log_level));

@@ -381,6 +381,7 @@ static void request_end(struct request *r)
         end_one(r);
         return;
     }
+    api_request_over(lead);
     if (lead->counted) {
         lead->counted = false;
         lead->f->n_active--;
@@ -653,6 +654,7 @@ void request_fail(struct request *r, int status, const char *type, const char *m
 {
     struct request *lead = r->lead ? r->lead : r;
     if (lead->http) {
+        lead->access.status = status;
         release_http(lead);
         if (status >= 500 && status != 503)
             metrics_count_finished(&r->f->metrics, METRICS_FINISH_ERROR);

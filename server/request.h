@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <sys/queue.h>
 
+#include "access_log.h"
 #include "proto.h"
 #include "toolcall.h"
 
@@ -108,6 +109,9 @@ struct request {
     struct evbuffer *conn_out; /* lead: the connection's output (evhttp's unsent bytes) */
     struct evbuffer_cb_entry *conn_out_cb;
     struct event *ev_flow;     /* lead: resume (activated) or --client-timeout-ms (timer) */
+    /* lead: its access log line (api.c's; status: request_fail()'s, else 0), and the
+     * X-Request-Id its jobs carry to the workers */
+    struct access_entry access;
 };
 
 /* A request for http (owned by f, on f->requests), watching for the client leaving. Returns
