@@ -36,6 +36,21 @@ void log_set_json(int on)
     log_json = on;
 }
 
+static const char *const log_level_lower[] = {"debug", "info", "warn", "error"};
+
+const char *log_level_name(enum log_level level)
+{
+    return (unsigned)level <= LOG_LEVEL_ERROR ? log_level_lower[level] : "?";
+}
+
+enum log_level log_level_parse(const char *name, enum log_level dflt)
+{
+    for (int i = 0; name && i <= LOG_LEVEL_ERROR; i++)
+        if (strcmp(name, log_level_lower[i]) == 0)
+            return (enum log_level)i;
+    return dflt;
+}
+
 bool log_is_json(void)
 {
     return log_json != 0;

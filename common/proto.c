@@ -4,7 +4,8 @@
  * copying it out (-EPROTO), so nothing decoded points into the input.
  *
  * Layouts (every record starts [WIRE_VERSION, type, req_id]):
- *   JOB      [v, 1, id, [tok...], max_new_tokens, sampling, "grammar" (may be empty)]
+ *   JOB      [v, 1, id, [tok...], max_new_tokens, sampling, "grammar" (may be empty),
+ *            "request id" (may be empty)]
  *            sampling = [temperature, top_p, min_p, presence_penalty, frequency_penalty,
  *                        repetition_penalty, top_k, seed, top_logprobs, logprobs, ignore_eos,
  *                        [[token, bias]...], no_cache]
@@ -33,7 +34,7 @@ static uint32_t proto_count(enum msg_type type)
 {
     switch (type) {
     case MSG_TYPE_JOB:
-        return 7;
+        return 8;
     case MSG_TYPE_CANCEL:
     case MSG_TYPE_PAUSE:
     case MSG_TYPE_RESUME:
@@ -50,6 +51,19 @@ static uint32_t proto_count(enum msg_type type)
         return 5;
     }
     return 0;
+}
+
+bool proto_request_id_valid(const char *s, size_t len)
+{
+    if (len > WIRE_MAX_REQUEST_ID || (len && !s))
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.' || c == ':'))
+            return false;
+    }
+    return true;
 }
 
 void proto_sampling_init(struct proto_sampling *s)
@@ -134,6 +148,10 @@ static int proto_pack_body(msgpack_packer *pk, const struct proto_msg *msg)
         ret |= msgpack_pack_str(pk, j->grammar_len);
         if (j->grammar_len)
             ret |= msgpack_pack_str_body(pk, j->grammar, j->grammar_len);
+        size_t idl = strlen(j->request_id); /* bounded: checked by proto_encode_valid() */
+        ret |= msgpack_pack_str(pk, idl);
+        if (idl)
+            ret |= msgpack_pack_str_body(pk, j->request_id, idl);
         break;
     }
     case MSG_TYPE_CANCEL:
@@ -191,6 +209,9 @@ static bool proto_encode_valid(const struct proto_msg *msg)
         if (msg->u.job.grammar_len > WIRE_MAX_GRAMMAR ||
             (msg->u.job.grammar_len && (!msg->u.job.grammar ||
                                         memchr(msg->u.job.grammar, '\0', msg->u.job.grammar_len))))
+            return false;
+        if (!proto_request_id_valid(msg->u.job.request_id,
+                                    strnlen(msg->u.job.request_id, WIRE_MAX_REQUEST_ID + 1)))
             return false;
         return msg->u.job.n_prompt <= WIRE_MAX_PROMPT &&
                (msg->u.job.n_prompt == 0 || msg->u.job.prompt != NULL) &&
@@ -385,6 +406,12 @@ static bool proto_get_job(const msgpack_object *f, uint32_t *prompt, uint32_t ca
     j->grammar = j->grammar_len ? f[3].via.str.ptr : "";
     if (j->grammar_len && memchr(j->grammar, '\0', j->grammar_len))
         return false;
+    if (f[4].type != MSGPACK_OBJECT_STR ||
+        !proto_request_id_valid(f[4].via.str.ptr, f[4].via.str.size))
+        return false;
+    if (f[4].via.str.size) /* msgpack-c gives ptr NULL for "" */
+        memcpy(j->request_id, f[4].via.str.ptr, f[4].via.str.size);
+    j->request_id[f[4].via.str.size] = '\0';
     return proto_get_sampling(&f[2], &j->sampling);
 }
 

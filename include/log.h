@@ -14,6 +14,11 @@ void log_init(const char *role, enum log_level level);
  * journald, Loki or Elastic. log_init() turns it on when $KILN_LOG_FORMAT is "json", which
  * the front sets for --log-format json before its workers start, so theirs match. */
 void log_set_json(int on);
+/* "debug", "info", "warn", "error"; and back (dflt for NULL or anything else). The front
+ * passes its --log-level to its workers as $KILN_LOG_LEVEL. */
+const char *log_level_name(enum log_level level);
+enum log_level log_level_parse(const char *name, enum log_level dflt);
+
 /* Whether lines are JSON (log_set_json or $KILN_LOG_FORMAT). */
 bool log_is_json(void);
 

@@ -33,7 +33,7 @@ struct proto_sampling {
     struct proto_logit_bias logit_bias[WIRE_MAX_LOGIT_BIAS];
 };
 
-/* [v, JOB, req_id, prompt[u32...], max_new_tokens, sampling[...], grammar] */
+/* [v, JOB, req_id, prompt[u32...], max_new_tokens, sampling[...], grammar, request_id] */
 struct proto_job {
     uint32_t n_prompt;
     uint32_t max_new_tokens;
@@ -46,6 +46,10 @@ struct proto_job {
      * compiles it, and so validates it, before use. */
     const char *grammar;
     uint32_t grammar_len;
+    /* The HTTP request's id (X-Request-Id), for the worker's log lines about the job: at most
+     * WIRE_MAX_REQUEST_ID bytes of [A-Za-z0-9._:-], "" for none; anything else is a malformed
+     * record. Decoded, a copy. */
+    char request_id[WIRE_MAX_REQUEST_ID + 1];
 };
 
 struct proto_top {
@@ -114,6 +118,9 @@ void proto_decoder_destroy(struct proto_decoder *d);
  * fetch). Allocates nothing after the first call. One thread at a time per decoder. */
 int proto_decoder_decode(struct proto_decoder *d, const void *rec, size_t len,
                          struct proto_msg *out, uint32_t *prompt, uint32_t prompt_cap);
+
+/* Whether s (len bytes) is a request id a JOB may carry (see struct proto_job). */
+bool proto_request_id_valid(const char *s, size_t len);
 
 /* Default sampling: greedy, every filter off. */
 void proto_sampling_init(struct proto_sampling *s);

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 /* Bumped whenever a record's layout changes; a record of another version is rejected. */
-#define WIRE_VERSION 3
+#define WIRE_VERSION 4
 
 /* The largest encoded record either side sends or accepts. */
 #define WIRE_MAX_MSG (1u << 20)
@@ -18,6 +18,9 @@
 #define WIRE_MAX_LOGIT_BIAS 300u
 /* The longest grammar (GBNF text) a JOB carries, in bytes; grammar.h's GRAMMAR_MAX_SOURCE. */
 #define WIRE_MAX_GRAMMAR (128u * 1024u)
+/* The longest request id (the HTTP request's X-Request-Id) a JOB carries, in bytes; the
+ * front's REQUEST_ID_MAX. Only [A-Za-z0-9._:-]. */
+#define WIRE_MAX_REQUEST_ID 128u
 /* Alternatives reported with each token when logprobs are asked for. */
 #define WIRE_MAX_TOP_LOGPROBS 20u
 /* KV-cache block events in one CACHE record. */

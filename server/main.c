@@ -201,6 +201,7 @@ int main(int argc, char **argv)
     }
     /* the workers read it from the environment they inherit */
     setenv("KILN_LOG_FORMAT", cfg.log_format, 1);
+    setenv("KILN_LOG_LEVEL", log_level_name(cfg.log_level), 1);
     log_init("kiln", cfg.log_level);
     if (sdnotify_init() < 0) /* before any worker starts: they must not inherit it */
         log_warn("NOTIFY_SOCKET is not an absolute path or @abstract name; not notifying");

@@ -4,6 +4,7 @@
 #include "queue.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <event2/event.h>
@@ -177,7 +178,9 @@ again:
         m.u.job.sampling = r->sampling;
         m.u.job.grammar = r->grammar;
         m.u.job.grammar_len = r->grammar ? r->grammar_len : 0;
+        /* the worker's log lines about the job name the client's request */
         struct request *lead = r->lead ? r->lead : r;
+        snprintf(m.u.job.request_id, sizeof(m.u.job.request_id), "%s", lead->access.rid);
         int rc = worker_submit(w, &m, r);
         if (rc == -EAGAIN) {
             /* its ring is full: the others may take the job; this one again at the next

@@ -173,6 +173,59 @@ static void test_proto_job_round_trips(void **state)
     }
 }
 
+static void test_proto_job_request_id_round_trips_and_a_bad_one_is_refused(void **state)
+{
+    struct fixture *f = *state;
+    static const char *bad[] = {"has space", "quote\"", "nl\n", "tab\t", "semi;colon", "\x7f"};
+    const size_t n_bad = sizeof(bad) / sizeof(bad[0]);
+    int len;
+
+    make_job(f, 3);
+    snprintf(f->in.u.job.request_id, sizeof(f->in.u.job.request_id), "nginx-3f2a.77:b_c");
+    assert_true((len = encode(f)) > 0);
+    assert_int_equal(decode(f, f->buf, (size_t)len), 0);
+    assert_string_equal(f->out.u.job.request_id, "nginx-3f2a.77:b_c");
+    /* none: "" */
+    f->in.u.job.request_id[0] = '\0';
+    assert_true((len = encode(f)) > 0);
+    assert_int_equal(decode(f, f->buf, (size_t)len), 0);
+    assert_string_equal(f->out.u.job.request_id, "");
+    /* the longest */
+    memset(f->in.u.job.request_id, 'a', WIRE_MAX_REQUEST_ID);
+    f->in.u.job.request_id[WIRE_MAX_REQUEST_ID] = '\0';
+    assert_true((len = encode(f)) > 0);
+    assert_int_equal(decode(f, f->buf, (size_t)len), 0);
+    assert_int_equal(strlen(f->out.u.job.request_id), WIRE_MAX_REQUEST_ID);
+    /* refused at the source: characters outside the set, or no NUL within the bound */
+    for (size_t i = 0; i < n_bad; i++) {
+        snprintf(f->in.u.job.request_id, sizeof(f->in.u.job.request_id), "%s", bad[i]);
+        assert_int_equal(encode(f), -EINVAL);
+    }
+    memset(f->in.u.job.request_id, 'a', sizeof(f->in.u.job.request_id));
+    assert_int_equal(encode(f), -EINVAL);
+
+    /* and at the receiver: a record made by hand with each bad id, and one a byte too long */
+    for (size_t i = 0; i <= n_bad; i++) {
+        char longid[WIRE_MAX_REQUEST_ID + 1];
+        const char *id = longid;
+        size_t n = sizeof(longid);
+        memset(longid, 'a', sizeof(longid));
+        if (i < n_bad) {
+            id = bad[i];
+            n = strlen(bad[i]);
+        }
+        f->in.u.job.request_id[0] = '\0';
+        assert_true((len = encode(f)) > 0);
+        /* the empty id is the record's last byte (0xa0): the bad one goes in its place */
+        assert_int_equal(f->buf[len - 1], 0xa0);
+        msgpack_sbuffer_clear(&f->sb);
+        msgpack_sbuffer_write(&f->sb, (const char *)f->buf, (size_t)len - 1);
+        msgpack_pack_str_with_body(&f->pk, id, n);
+        assert_int_equal(decode(f, f->sb.data, f->sb.size), -EPROTO);
+        assert_int_equal(f->out.type, MSG_TYPE_JOB); /* the header still names the job */
+    }
+}
+
 static void test_proto_job_grammar_round_trips_and_is_checked(void **state)
 {
     struct fixture *f = *state;
@@ -372,7 +425,7 @@ static void test_proto_failed_round_trips(void **state)
 /* The valid field count of each type, header included. */
 static uint32_t count_of(int type)
 {
-    static const uint32_t counts[] = {0, 7, 3, 5, 6, 5, 4};
+    static const uint32_t counts[] = {0, 8, 3, 5, 6, 5, 4};
     return counts[type];
 }
 
@@ -432,7 +485,8 @@ static void pack_record(struct fixture *f, int type, int count_delta, int bad, i
     msgpack_pack_array(pk, n);
     for (uint32_t i = 0; i < n; i++) {
         if ((int)i == bad) {
-            pack_wrong(pk, (type == MSG_TYPE_FAILED && i == 3) || (type == MSG_TYPE_JOB && i == 6));
+            pack_wrong(pk, (type == MSG_TYPE_FAILED && i == 3) ||
+                               (type == MSG_TYPE_JOB && (i == 6 || i == 7)));
             continue;
         }
         if (i >= count_of(type)) {
@@ -454,6 +508,7 @@ static void pack_record(struct fixture *f, int type, int count_delta, int bad, i
         case MSG_TYPE_JOB * 16 + 4: msgpack_pack_uint32(pk, 16); break;
         case MSG_TYPE_JOB * 16 + 5: pack_sampling(pk, bad_s); break;
         case MSG_TYPE_JOB * 16 + 6: msgpack_pack_str_with_body(pk, "root ::= \"a\"", 12); break;
+        case MSG_TYPE_JOB * 16 + 7: msgpack_pack_str_with_body(pk, "req-1", 5); break;
         case MSG_TYPE_STARTED * 16 + 3: msgpack_pack_uint32(pk, 3); break;
         case MSG_TYPE_STARTED * 16 + 4: msgpack_pack_uint32(pk, 2); break;
         case MSG_TYPE_TOKEN * 16 + 3: msgpack_pack_uint32(pk, 65); break;
@@ -816,7 +871,7 @@ static void test_proto_limits_of_lists_rejected(void **state)
 
     /* 301 logit biases. */
     msgpack_sbuffer_clear(&f->sb);
-    msgpack_pack_array(&f->pk, 7);
+    msgpack_pack_array(&f->pk, 8);
     msgpack_pack_uint32(&f->pk, WIRE_VERSION);
     msgpack_pack_uint32(&f->pk, MSG_TYPE_JOB);
     msgpack_pack_uint32(&f->pk, 1);
@@ -839,6 +894,7 @@ static void test_proto_limits_of_lists_rejected(void **state)
     }
     msgpack_pack_false(&f->pk); /* no_cache */
     msgpack_pack_str(&f->pk, 0);
+    msgpack_pack_str(&f->pk, 0);
     assert_int_equal(decode(f, f->sb.data, f->sb.size), -EPROTO);
     /* The same with 300 (drop the last pair, fix the count) is fine. */
     f->sb.size = before_bias;
@@ -849,6 +905,7 @@ static void test_proto_limits_of_lists_rejected(void **state)
         msgpack_pack_float(&f->pk, 1.0f);
     }
     msgpack_pack_false(&f->pk); /* no_cache */
+    msgpack_pack_str(&f->pk, 0);
     msgpack_pack_str(&f->pk, 0);
     assert_int_equal(decode(f, f->sb.data, f->sb.size), 0);
     assert_int_equal(f->out.u.job.sampling.n_logit_bias, WIRE_MAX_LOGIT_BIAS);
@@ -1128,7 +1185,7 @@ static void test_proto_decoder_reads_a_changing_record_once(void **state)
     assert_non_null(d);
     /* [1, JOB, 9, array32 [1, 2, 3], 16, sampling] built by hand around an array32 count. */
     msgpack_sbuffer_clear(&f->sb);
-    msgpack_pack_array(&f->pk, 7);
+    msgpack_pack_array(&f->pk, 8);
     msgpack_pack_uint32(&f->pk, WIRE_VERSION);
     msgpack_pack_uint32(&f->pk, MSG_TYPE_JOB);
     msgpack_pack_uint64(&f->pk, 9);
@@ -1136,6 +1193,7 @@ static void test_proto_decoder_reads_a_changing_record_once(void **state)
     msgpack_sbuffer_write(&f->sb, "\xdd\x00\x00\x00\x03\x01\x02\x03", 8);
     msgpack_pack_uint32(&f->pk, 16);
     pack_sampling(&f->pk, NO_FIELD);
+    msgpack_pack_str(&f->pk, 0);
     msgpack_pack_str(&f->pk, 0);
     memcpy(f->buf, f->sb.data, f->sb.size);
     len = f->sb.size;
@@ -1172,6 +1230,7 @@ int main(void)
         PROTO_TEST(test_proto_job_round_trips),
         PROTO_TEST(test_proto_job_default_sampling_round_trips),
         PROTO_TEST(test_proto_pause_and_resume_round_trip),
+        PROTO_TEST(test_proto_job_request_id_round_trips_and_a_bad_one_is_refused),
         PROTO_TEST(test_proto_job_grammar_round_trips_and_is_checked),
         PROTO_TEST(test_proto_cancel_and_started_round_trip),
         PROTO_TEST(test_proto_token_round_trips_with_and_without_top),

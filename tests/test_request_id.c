@@ -105,12 +105,61 @@ static void test_request_id_on_a_stream(void **state)
     http_stream_close(s);
 }
 
+struct seen {
+    struct kiln_proc *p;
+    const char *text;
+};
+
+static bool output_has(void *arg)
+{
+    struct seen *s = arg;
+    return kiln_output_contains(s->p, s->text);
+}
+
+static void expect_output(struct kiln_proc *p, const char *text)
+{
+    struct seen s = {p, text};
+    if (!wait_until(output_has, &s, 10000))
+        fail_msg("no '%s' in:\n%s", text, kiln_output(p));
+}
+
+static void test_request_id_in_the_worker_log_lines_of_its_job(void **state)
+{
+    (void)state;
+    char id[256];
+    const char *args[] = {"--model", "mock", "--log-level", "debug", "--mock-faults", NULL};
+    struct kiln_proc *p = front_start(args);
+    assert_non_null(p);
+    /* the worker says when the job starts and ends, naming the client's id */
+    assert_int_equal(id_of(p, "POST", "/v1/completions", "{\"prompt\": \"hi\", \"max_tokens\": 2}",
+                           "X-Request-Id: t-worker-ok.1", id, sizeof(id)),
+                     200);
+    expect_output(p, "worker 0: DEBUG request ");
+    expect_output(p, " [t-worker-ok.1]: started, ");
+    expect_output(p, " [t-worker-ok.1]: done (length), 2 tokens");
+    /* and why it failed, at the default level too */
+    assert_int_equal(id_of(p, "POST", "/v1/completions",
+                           "{\"prompt\": \"[[kiln:error]]\", \"max_tokens\": 4}",
+                           "X-Request-Id: t-worker-err:2", id, sizeof(id)),
+                     500);
+    expect_output(p, " [t-worker-err:2]: failed: injected fault");
+    /* an id kiln made is carried the same way */
+    assert_int_equal(id_of(p, "POST", "/v1/completions", "{\"prompt\": \"hi\", \"max_tokens\": 1}",
+                           NULL, id, sizeof(id)),
+                     200);
+    char want[300];
+    snprintf(want, sizeof(want), " [%s]: done (length), 1 tokens", id);
+    expect_output(p, want);
+    assert_int_equal(front_stop(p), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_request_id_from_the_client_comes_back),
         cmocka_unit_test(test_request_id_made_when_missing_or_unsafe),
         cmocka_unit_test(test_request_id_on_a_stream),
+        cmocka_unit_test(test_request_id_in_the_worker_log_lines_of_its_job),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

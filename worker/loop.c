@@ -25,6 +25,7 @@
 /* A job received from the front, not yet admitted */
 struct loop_job {
     uint64_t req_id;
+    char rid[WIRE_MAX_REQUEST_ID + 1]; /* the client's X-Request-Id ("": none), for the log */
     uint32_t n_prompt, max_new_tokens;
     bool cancelled;
     bool paused; /* PAUSE came while it waited: it starts paused */
@@ -38,6 +39,7 @@ struct loop_seq {
     bool active, cancelled, ignore_eos;
     bool paused; /* PAUSE: kept in its slot, left out of decode steps until RESUME */
     uint64_t req_id;
+    char rid[WIRE_MAX_REQUEST_ID + 1]; /* its job's */
     uint32_t last; /* the token to decode next */
     uint32_t generated, max_new_tokens;
     struct sampler *sampler;
@@ -176,9 +178,23 @@ static int send_msg(struct loop *l, const struct proto_msg *msg)
     return 0;
 }
 
-static void send_started(struct loop *l, uint64_t req_id, uint32_t prompt_tokens,
-                         uint32_t cached_tokens)
+/* "request 12 [client-id]" (or "request 12" without an id): how a job's log lines begin,
+ * so that an operator finds the worker's lines of a request by the X-Request-Id the client,
+ * the balancer and the front's access log name it by. */
+static const char *job_tag(char *buf, size_t cap, uint64_t req_id, const char *rid)
 {
+    snprintf(buf, cap, "request %llu%s%s%s", (unsigned long long)req_id, rid[0] ? " [" : "",
+             rid, rid[0] ? "]" : "");
+    return buf;
+}
+
+static void send_started(struct loop *l, uint64_t req_id, const char *rid,
+                         uint32_t prompt_tokens, uint32_t cached_tokens)
+{
+    char tag[WIRE_MAX_REQUEST_ID + 40];
+
+    log_debug("%s: started, %u prompt tokens (%u cached)", job_tag(tag, sizeof(tag), req_id, rid),
+              prompt_tokens, cached_tokens);
     l->out.type = MSG_TYPE_STARTED;
     l->out.req_id = req_id;
     l->out.u.prompt_tokens = prompt_tokens;
@@ -203,9 +219,14 @@ static void send_cache_events(struct loop *l)
     }
 }
 
-static void send_done(struct loop *l, uint64_t req_id, enum finish_reason reason,
-                      uint32_t completion_tokens)
+static void send_done(struct loop *l, uint64_t req_id, const char *rid,
+                      enum finish_reason reason, uint32_t completion_tokens)
 {
+    static const char *const why[] = {"stop", "length", "cancelled"};
+    char tag[WIRE_MAX_REQUEST_ID + 40];
+
+    log_debug("%s: done (%s), %u tokens", job_tag(tag, sizeof(tag), req_id, rid),
+              (unsigned)reason < 3 ? why[reason] : "?", completion_tokens);
     l->out.type = MSG_TYPE_DONE;
     l->out.req_id = req_id;
     l->out.u.done.reason = reason;
@@ -213,8 +234,13 @@ static void send_done(struct loop *l, uint64_t req_id, enum finish_reason reason
     (void)send_msg(l, &l->out);
 }
 
-static void send_failed(struct loop *l, uint64_t req_id, const char *error)
+/* Every job that fails here goes through this one line of the log, with the reason its
+ * client is given. */
+static void send_failed(struct loop *l, uint64_t req_id, const char *rid, const char *error)
 {
+    char tag[WIRE_MAX_REQUEST_ID + 40];
+
+    log_warn("%s: failed: %s", job_tag(tag, sizeof(tag), req_id, rid), error);
     l->out.type = MSG_TYPE_FAILED;
     l->out.req_id = req_id;
     snprintf(l->out.u.error, sizeof(l->out.u.error), "%s", error);
@@ -258,10 +284,8 @@ static bool mask_grammar(struct loop *l, struct loop_seq *s, float *logits)
 
     if (n > 0)
         return true;
-    log_warn("request %llu: the grammar %s", (unsigned long long)s->req_id,
-             n == 0 ? "allows no token here" : "is too ambiguous to follow");
     seq_end(l, s);
-    send_failed(l, s->req_id, n == 0 ? "the grammar allows no token here (a dead end)"
+    send_failed(l, s->req_id, s->rid, n == 0 ? "the grammar allows no token here (a dead end)"
                                      : "the grammar is too ambiguous to follow");
     return false;
 }
@@ -274,9 +298,8 @@ static bool advance(struct loop *l, struct loop_seq *s, float *logits)
     int rc;
 
     if (!logits_finite(logits, l->m->n_vocab)) {
-        log_warn("request %llu: %s", (unsigned long long)s->req_id, LOOP_NONFINITE);
         seq_end(l, s);
-        send_failed(l, s->req_id, LOOP_NONFINITE);
+        send_failed(l, s->req_id, s->rid, LOOP_NONFINITE);
         return false;
     }
     if (s->grammar && !mask_grammar(l, s, logits))
@@ -285,13 +308,13 @@ static bool advance(struct loop *l, struct loop_seq *s, float *logits)
     if (s->grammar && gmask_accept(l->gm, s->gs, token) < 0) {
         /* every allowed token had -inf (a logit_bias of -100 on each): nothing to pick */
         seq_end(l, s);
-        send_failed(l, s->req_id, "no token the grammar allows is left after logit_bias");
+        send_failed(l, s->req_id, s->rid, "no token the grammar allows is left after logit_bias");
         return false;
     }
     for (uint32_t i = 0; s->grammar && i < l->m->n_eos && i < 16; i++) {
         if (token == l->m->eos[i]) { /* the grammar allowed it: it is complete */
             seq_end(l, s);
-            send_done(l, s->req_id, FINISH_REASON_STOP, s->generated);
+            send_done(l, s->req_id, s->rid, FINISH_REASON_STOP, s->generated);
             return false;
         }
     }
@@ -299,7 +322,7 @@ static bool advance(struct loop *l, struct loop_seq *s, float *logits)
         for (uint32_t i = 0; i < l->m->n_eos && i < 16; i++) {
             if (token == l->m->eos[i]) {
                 seq_end(l, s);
-                send_done(l, s->req_id, FINISH_REASON_STOP, s->generated);
+                send_done(l, s->req_id, s->rid, FINISH_REASON_STOP, s->generated);
                 return false;
             }
         }
@@ -308,7 +331,7 @@ static bool advance(struct loop *l, struct loop_seq *s, float *logits)
     l->out.req_id = s->req_id;
     if ((rc = send_msg(l, &l->out)) < 0) {
         seq_end(l, s);
-        send_failed(l, s->req_id,
+        send_failed(l, s->req_id, s->rid,
                     rc == -EINVAL ? LOOP_NONFINITE : "the worker could not send a token");
         return false;
     }
@@ -317,12 +340,12 @@ static bool advance(struct loop *l, struct loop_seq *s, float *logits)
     if (s->grammar && gmask_seq_must_end(s->gs)) {
         /* complete, and nothing may follow: the end token is the only choice left */
         seq_end(l, s);
-        send_done(l, s->req_id, FINISH_REASON_STOP, s->generated);
+        send_done(l, s->req_id, s->rid, FINISH_REASON_STOP, s->generated);
         return false;
     }
     if (s->generated >= s->max_new_tokens) {
         seq_end(l, s);
-        send_done(l, s->req_id, FINISH_REASON_LENGTH, s->generated);
+        send_done(l, s->req_id, s->rid, FINISH_REASON_LENGTH, s->generated);
         return false;
     }
     return true;
@@ -358,27 +381,27 @@ static void on_job(struct loop *l, const struct proto_msg *msg)
     char why[160];
 
     if (j->n_prompt == 0) {
-        send_failed(l, msg->req_id, "the prompt is empty");
+        send_failed(l, msg->req_id, j->request_id, "the prompt is empty");
         return;
     }
     if (j->n_prompt >= l->m->max_context) {
         snprintf(why, sizeof(why), "a prompt of %u tokens does not fit a context of %u",
                  j->n_prompt, l->m->max_context);
-        send_failed(l, msg->req_id, why);
+        send_failed(l, msg->req_id, j->request_id, why);
         return;
     }
     for (uint32_t i = 0; i < j->n_prompt; i++) {
         if (j->prompt[i] >= l->m->n_vocab) {
             snprintf(why, sizeof(why), "token id %u is outside the vocabulary of %u",
                      j->prompt[i], l->m->n_vocab);
-            send_failed(l, msg->req_id, why);
+            send_failed(l, msg->req_id, j->request_id, why);
             return;
         }
     }
     if (l->n_free_jobs == 0) {
         log_warn("request %llu: %u jobs wait already", (unsigned long long)msg->req_id,
                  l->q_len);
-        send_failed(l, msg->req_id, "the worker's waiting list is full");
+        send_failed(l, msg->req_id, j->request_id, "the worker's waiting list is full");
         return;
     }
     struct gmask_grammar *grammar = NULL;
@@ -387,15 +410,15 @@ static void on_job(struct loop *l, const struct proto_msg *msg)
         char err[256];
 
         if (!l->gm) {
-            send_failed(l, msg->req_id, "this worker has no vocabulary to follow a grammar with");
+            send_failed(l, msg->req_id, j->request_id,
+                        "this worker has no vocabulary to follow a grammar with");
             return;
         }
         /* compiled here, from the record's private copy: the compiler is the validator, so
          * a malformed grammar fails this job only */
         if (!(grammar = gmask_grammar_get(l->gm, j->grammar, j->grammar_len, err, sizeof(err)))) {
             snprintf(why, sizeof(why), "the job's grammar was refused: %.120s", err);
-            log_warn("request %llu: %s", (unsigned long long)msg->req_id, why);
-            send_failed(l, msg->req_id, why);
+            send_failed(l, msg->req_id, j->request_id, why);
             return;
         }
     }
@@ -403,6 +426,7 @@ static void on_job(struct loop *l, const struct proto_msg *msg)
     job = &l->jobs[idx];
     job->grammar = grammar;
     job->req_id = msg->req_id;
+    memcpy(job->rid, j->request_id, sizeof(job->rid)); /* checked by the decoder */
     job->n_prompt = j->n_prompt;
     room = l->m->max_context - j->n_prompt;
     job->max_new_tokens = j->max_new_tokens < room ? j->max_new_tokens : room;
@@ -472,7 +496,7 @@ static int on_malformed(struct loop *l, uint32_t len)
     case MSG_TYPE_JOB:
         log_warn("request %llu: rejected a malformed JOB of %u bytes",
                  (unsigned long long)l->in.req_id, len);
-        send_failed(l, l->in.req_id, "the worker received a malformed job");
+        send_failed(l, l->in.req_id, "", "the worker received a malformed job");
         return 0;
     case MSG_TYPE_CANCEL:
         log_warn("request %llu: a malformed CANCEL of %u bytes, cancelling",
@@ -538,7 +562,7 @@ static void drop_cancelled(struct loop *l)
 
         if (s->cancelled) {
             seq_end(l, s);
-            send_done(l, s->req_id, FINISH_REASON_CANCELLED, s->generated);
+            send_done(l, s->req_id, s->rid, FINISH_REASON_CANCELLED, s->generated);
         } else {
             l->order[keep++] = l->order[i];
         }
@@ -565,10 +589,9 @@ static void start_finish(struct loop *l, struct loop_job *job, int slot, int rc,
     struct loop_seq *s = &l->seqs[slot];
 
     if (rc < 0) {
-        log_warn("request %llu: prefill failed: %s", (unsigned long long)job->req_id, why);
         model_seq_free(l->m, slot);
         job_release(l, job);
-        send_failed(l, job->req_id, why);
+        send_failed(l, job->req_id, job->rid, why);
         return;
     }
     atomic_fetch_add_explicit(&l->hdr->n_prefills, 1, memory_order_relaxed);
@@ -579,6 +602,7 @@ static void start_finish(struct loop *l, struct loop_job *job, int slot, int rc,
     l->n_paused += job->paused;
     s->ignore_eos = job->sampling.ignore_eos;
     s->req_id = job->req_id;
+    memcpy(s->rid, job->rid, sizeof(s->rid));
     s->generated = 0;
     s->max_new_tokens = job->max_new_tokens;
     s->grammar = job->grammar; /* the reference moves to the sequence */
@@ -587,7 +611,7 @@ static void start_finish(struct loop *l, struct loop_job *job, int slot, int rc,
     publish_counts(l);
     if (s->grammar && gmask_seq_start(l->gm, s->gs, s->grammar) < 0) {
         seq_end(l, s);
-        send_failed(l, job->req_id, "the grammar is too ambiguous to follow");
+        send_failed(l, job->req_id, job->rid, "the grammar is too ambiguous to follow");
         return;
     }
     if (advance(l, s, logits))
@@ -625,7 +649,7 @@ static void admit(struct loop *l)
             job_release(l, job);
             queue_pop(l);
             publish_counts(l);
-            send_done(l, id, FINISH_REASON_CANCELLED, 0);
+            send_done(l, id, job->rid, FINISH_REASON_CANCELLED, 0);
             continue;
         }
         if ((admitted > 0 && job->n_prompt > budget) || admitted >= free_slots)
@@ -642,11 +666,10 @@ static void admit(struct loop *l)
             uint64_t id = job->req_id;
             const char *why = l->m->error[0] ? l->m->error : strerror(-rc);
 
-            log_warn("request %llu: not admitted: %s", (unsigned long long)id, why);
             job_release(l, job);
             queue_pop(l);
             publish_counts(l);
-            send_failed(l, id, why);
+            send_failed(l, id, job->rid, why);
             continue;
         }
         budget = job->n_prompt < budget ? budget - job->n_prompt : 0;
@@ -657,7 +680,7 @@ static void admit(struct loop *l)
         l->pf_jobs[admitted] = job;
         l->pf_prompts[admitted] = job->prompt;
         l->pf_ns[admitted] = job->n_prompt;
-        send_started(l, job->req_id, job->n_prompt, (uint32_t)rc);
+        send_started(l, job->req_id, job->rid, job->n_prompt, (uint32_t)rc);
         sampler_reset(l->seqs[slot].sampler, &job->sampling, job->prompt, job->n_prompt);
         admitted++;
     }
@@ -711,7 +734,7 @@ static void decode_step(struct loop *l)
             struct loop_seq *s = &l->seqs[l->slots[i]];
 
             seq_end(l, s);
-            send_failed(l, s->req_id, why);
+            send_failed(l, s->req_id, s->rid, why);
         }
         for (uint32_t i = 0; i < l->n_order; i++)
             if (l->seqs[l->order[i]].paused)
@@ -729,9 +752,8 @@ static void decode_step(struct loop *l)
         if (l->res[b].status < 0) {
             const char *why = l->res[b].error[0] ? l->res[b].error : strerror(-l->res[b].status);
 
-            log_warn("request %llu: decode failed: %s", (unsigned long long)s->req_id, why);
             seq_end(l, s);
-            send_failed(l, s->req_id, why);
+            send_failed(l, s->req_id, s->rid, why);
         } else if (advance(l, s, l->logits + (size_t)b * l->m->n_vocab)) {
             l->order[keep++] = l->order[i];
         }
@@ -748,16 +770,16 @@ static void fail_all(struct loop *l, const char *why)
         struct loop_seq *s = &l->seqs[l->order[i]];
 
         seq_end(l, s);
-        send_failed(l, s->req_id, why);
+        send_failed(l, s->req_id, s->rid, why);
     }
     l->n_order = 0;
     while (l->q_len) {
-        uint64_t id = queue_front(l)->req_id;
+        struct loop_job *job = queue_front(l);
 
-        job_release(l, queue_front(l));
-        queue_pop(l);
+        job_release(l, job);
+        queue_pop(l); /* its storage stays untouched until the next read_records */
         publish_counts(l);
-        send_failed(l, id, why);
+        send_failed(l, job->req_id, job->rid, why);
     }
     flush(l);
 }

@@ -234,7 +234,7 @@ int main(int argc, char **argv)
         return 1;
     }
     snprintf(role, sizeof(role), "worker %ld", a.id);
-    log_init(role, LOG_LEVEL_INFO);
+    log_init(role, log_level_parse(getenv("KILN_LOG_LEVEL"), LOG_LEVEL_INFO));
 
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_stop_signal;
