@@ -135,23 +135,39 @@ static bool model_in(const struct front_model *const *seen, uint32_t n, const st
     return false;
 }
 
+/* How many models the workers run (one, except while a reload rolls onto another). */
+static uint32_t worker_models(struct workers *ws, const struct front_model **seen, uint32_t cap)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < workers_count(ws) && n < cap; i++) {
+        const struct front_model *m = workers_get(ws, i)->model;
+        if (!model_in(seen, n, m))
+            seen[n++] = m;
+    }
+    return n;
+}
+
 /* While a reload rolls the workers onto another model, requests of two models wait here,
  * each for its own model's workers: a request none of them can take now does not hold up
  * those of the other model behind it (each model's requests keep their order). One whose
- * model has no worker left (a reload replaced it) can never run: it ends with 503. */
+ * model has no worker left (a reload replaced it) can never run: it ends with 503. The scan
+ * stops once every model the workers run is full, so with one model it stops at the first
+ * request no worker can take, as a plain FIFO would. */
 void queue_dispatch(struct queue *q)
 {
-    struct request *r;
+    struct request *r, *next;
     struct proto_msg m;
     struct worker *w = NULL;
     uint64_t skip = 0; /* workers whose ring turned a job away in this pass (bit = id) */
     const struct front_model *full[8]; /* models none of whose workers can take a job now */
-    uint32_t n_full = 0;
+    const struct front_model *models[8];
+    uint32_t n_full = 0, n_models = worker_models(q->f->workers, models, 8);
 
     enum prefix_route_reason why = PREFIX_ROUTE_LEAST_LOADED;
 
 again:
-    TAILQ_FOREACH(r, &q->waiting, link_queue) {
+    for (r = TAILQ_FIRST(&q->waiting); r && !(n_models && n_full >= n_models); r = next) {
+        next = TAILQ_NEXT(r, link_queue);
         if (model_in(full, n_full, r->model))
             continue;
         if (!(w = workers_pick_for(q->f->workers, skip, r->model, r->prompt, r->n_prompt,
@@ -187,7 +203,8 @@ again:
              * capacity event */
             if (w->id < 64)
                 skip |= (uint64_t)1 << w->id;
-            goto again;
+            next = r;
+            continue;
         }
         queue_remove(q, r);
         if (rc < 0) {
@@ -202,7 +219,6 @@ again:
         if (r == lead)
             lead->access.worker = (int)w->id;
         q->f->metrics.routed[why]++;
-        goto again; /* the next in order, from the head: r left the queue */
     }
     if (q->n > 0 && !supervisor_any_hope(q->f->sup))
         queue_fail_all(q, "no worker is available (see /health)");
