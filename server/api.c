@@ -14,9 +14,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <event2/buffer.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 #include <jansson.h>
 
 #include "config.h"
@@ -25,6 +22,7 @@
 #include "gguf.h"
 #include "model_info.h"
 #include "hist.h"
+#include "http.h"
 #include "log.h"
 #include "ratelimit.h"
 #include "request.h"
@@ -142,31 +140,25 @@ void front_model_close(struct front_model *m)
 
 /* ---- answers ---- */
 
-static void send_json(struct evhttp_request *http, int status, char *json)
+static void send_json(struct http_req *http, int status, char *json)
 {
-    struct evbuffer *body = evbuffer_new();
-    if (!body || !json) {
-        evhttp_send_error(http, 500, NULL);
-        goto out;
+    size_t len = json ? strlen(json) : 0;
+    if (!json) {
+        http_reply_error(http, 500);
+        return;
     }
-    evhttp_add_header(evhttp_request_get_output_headers(http), "Content-Type",
-                      "application/json");
-    evbuffer_add(body, json, strlen(json));
-    evbuffer_add(body, "\n", 1);
-    evhttp_send_reply(http, status, NULL, body);
-out:
-    if (body)
-        evbuffer_free(body);
+    http_set_header(http, "Content-Type", "application/json");
+    json[len] = '\n'; /* over the NUL: the body is the JSON and a line end */
+    http_reply(http, status, NULL, json, len + 1);
     free(json);
 }
 
-void api_send_error(struct evhttp_request *http, int status, const char *type,
+void api_send_error(struct http_req *http, int status, const char *type,
                     const char *message, const char *param, const char *code)
 {
-    struct evkeyvalq *h = evhttp_request_get_output_headers(http);
     /* a refusal for load says when to come back (a caller may have set its own delay) */
-    if ((status == 503 || status == 429) && !evhttp_find_header(h, "Retry-After"))
-        evhttp_add_header(h, "Retry-After", "1");
+    if ((status == 503 || status == 429) && !http_get_header(http, "Retry-After"))
+        http_set_header(http, "Retry-After", "1");
     send_json(http, status, api_json_error(type, message, param, code));
 }
 
@@ -247,7 +239,7 @@ static int encode_prompt(struct request *r, const char *text, size_t len, unsign
 }
 
 /* A refusal before a request exists, counted in the metrics. */
-static void refuse(struct front *f, struct evhttp_request *http, int status,
+static void refuse(struct front *f, struct http_req *http, int status,
                    enum metrics_reject why, const struct perr *e)
 {
     metrics_count_rejected(&f->metrics, why);
@@ -316,11 +308,11 @@ static int completion_prompt(struct request *r, json_t *o, uint32_t max_tokens, 
 
 /* A generation request. Returns whether a request took the exchange over (it then writes
  * the access line when it ends); false when http was answered here. */
-static bool handle_generate(struct front *f, struct evhttp_request *http, enum request_kind kind,
+static bool handle_generate(struct front *f, struct http_req *http, enum request_kind kind,
                             const struct access_entry *a)
 {
-    struct evbuffer *in = evhttp_request_get_input_buffer(http);
-    size_t len = evbuffer_get_length(in);
+    size_t len;
+    const char *body = http_req_body(http, &len);
     struct perr e = {.status = 400};
     struct api_params p = {0};
     json_error_t jerr;
@@ -337,13 +329,13 @@ static bool handle_generate(struct front *f, struct evhttp_request *http, enum r
     }
     if (f->cfg->max_concurrent && f->n_active >= f->cfg->max_concurrent) {
         /* a client's own pace problem as much as ours: 429, retry in a second */
-        evhttp_add_header(evhttp_request_get_output_headers(http), "Retry-After", "1");
+        http_set_header(http, "Retry-After", "1");
         metrics_count_rejected(&f->metrics, METRICS_REJECT_QUEUE_FULL);
         api_send_error(http, 429, "requests", "too many requests are in progress; retry later",
                        NULL, "too_many_concurrent_requests");
         return false;
     }
-    o = json_loadb((const char *)evbuffer_pullup(in, -1), len, 0, &jerr);
+    o = json_loadb(body, len, 0, &jerr);
     if (!o) {
         snprintf(e.msg, sizeof(e.msg), "the body is not valid JSON: %s (line %d, column %d)",
                  jerr.text, jerr.line, jerr.column);
@@ -412,19 +404,18 @@ oom:
 
 /* ---- the other routes ---- */
 
-static void handle_models(struct front *f, struct evhttp_request *http)
+static void handle_models(struct front *f, struct http_req *http)
 {
     /* during a reload's roll, the new model and the old one while workers still serve it */
     send_json(http, 200, api_json_finish(json_pack("{s:s, s:o}", "object", "list", "data",
                                                roll_models(f))));
 }
 
-static void handle_health(struct front *f, struct evhttp_request *http)
+static void handle_health(struct front *f, struct http_req *http)
 {
     /* the workers as the supervisor sees them; the model and the queue are the front's */
     int status = 500;
-    const char *authz =
-        evhttp_find_header(evhttp_request_get_input_headers(http), "Authorization");
+    const char *authz = http_req_header(http, "Authorization");
     bool details = auth_may_see_details(&f->auth, authz);
     struct supervisor_view *v = supervisor_view(f->sup);
     json_t *j = v ? api_health_json(v, details, &status) : NULL;
@@ -530,12 +521,11 @@ void api_free(struct front *f)
     access_log_close();
 }
 
-static void handle_metrics(struct front *f, struct evhttp_request *http)
+static void handle_metrics(struct front *f, struct http_req *http)
 {
     struct supervisor_view *sv = supervisor_view(f->sup);
     uint32_t n = sv ? sv->n : 0, running = 0;
     struct metrics_worker_view *views = calloc(n ? n : 1, sizeof(*views));
-    struct evbuffer *body = evbuffer_new();
     size_t len = 0;
     char *text = NULL;
 
@@ -547,31 +537,25 @@ static void handle_metrics(struct front *f, struct evhttp_request *http)
         running += sv->w[i].running;
     }
     metrics_set_requests(&f->metrics, running, f->queue.n);
-    if (!sv || !views || !body || !(text = metrics_render(&f->metrics, views, n, &len))) {
+    if (!sv || !views || !(text = metrics_render(&f->metrics, views, n, &len))) {
         api_send_error(http, 500, "server_error", "out of memory", NULL, NULL);
         goto out;
     }
-    evhttp_add_header(evhttp_request_get_output_headers(http), "Content-Type",
-                      "text/plain; version=0.0.4; charset=utf-8");
-    evbuffer_add(body, text, len);
-    evhttp_send_reply(http, 200, "OK", body);
+    http_set_header(http, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+    http_reply(http, 200, "OK", text, len);
 out:
     free(text);
     free(views);
     free(sv);
-    if (body)
-        evbuffer_free(body);
 }
 
 /* The API key and the rate limit, before routing. Returns false when http was answered. */
-static bool guard(struct front *f, struct evhttp_request *http, const char *path)
+static bool guard(struct front *f, struct http_req *http, const char *path)
 {
-    struct evkeyvalq *in = evhttp_request_get_input_headers(http);
-    struct evkeyvalq *out = evhttp_request_get_output_headers(http);
-    int key = auth_check_request(&f->auth, path, evhttp_find_header(in, "Authorization"));
+    int key = auth_check_request(&f->auth, path, http_req_header(http, "Authorization"));
     if (key < 0) {
         metrics_count_rejected(&f->metrics, METRICS_REJECT_UNAUTHORIZED);
-        evhttp_add_header(out, "WWW-Authenticate", "Bearer");
+        http_set_header(http, "WWW-Authenticate", "Bearer");
         api_send_error(http, 401, "invalid_request_error",
                        "Incorrect or missing API key: send 'Authorization: Bearer KEY'", NULL,
                        "invalid_api_key");
@@ -579,19 +563,18 @@ static bool guard(struct front *f, struct evhttp_request *http, const char *path
     }
     if (!f->ratelimit || strcmp(path, "/health") == 0 || strcmp(path, "/metrics") == 0)
         return true;
-    char id[RATELIMIT_ID_MAX], *addr = NULL, retry[16];
-    ev_uint16_t port = 0;
+    char id[RATELIMIT_ID_MAX], retry[16];
+    const char *addr;
+    uint16_t port;
     uint32_t after = 1;
-    struct evhttp_connection *evcon = evhttp_request_get_connection(http);
-    if (evcon)
-        evhttp_connection_get_peer(evcon, &addr, &port);
-    if (ratelimit_identity(id, sizeof(id), key, addr ? addr : "?") < 0)
+    http_req_peer(http, &addr, &port);
+    if (ratelimit_identity(id, sizeof(id), key, addr) < 0)
         return true;
     if (ratelimit_take(f->ratelimit, id, hist_now_us(), &after) == 0)
         return true;
     metrics_count_rejected(&f->metrics, METRICS_REJECT_RATE_LIMITED);
     snprintf(retry, sizeof(retry), "%u", after);
-    evhttp_add_header(out, "Retry-After", retry);
+    http_set_header(http, "Retry-After", retry);
     api_send_error(http, 429, "requests", "Rate limit reached; retry after the Retry-After delay",
                    NULL, "rate_limit_exceeded");
     return false;
@@ -599,7 +582,7 @@ static bool guard(struct front *f, struct evhttp_request *http, const char *path
 
 struct route {
     const char *path;
-    enum evhttp_cmd_type method;
+    enum http_method method;
     const char *allow;
     int id;
 };
@@ -607,28 +590,27 @@ struct route {
 enum { ROUTE_COMPLETIONS, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_METRICS, ROUTE_TOKENIZE, ROUTE_DETOKENIZE, ROUTE_APPLY_TEMPLATE };
 
 static const struct route routes[] = {
-    {"/v1/completions", EVHTTP_REQ_POST, "POST", ROUTE_COMPLETIONS},
-    {"/v1/chat/completions", EVHTTP_REQ_POST, "POST", ROUTE_CHAT},
-    {"/v1/models", EVHTTP_REQ_GET, "GET", ROUTE_MODELS},
-    {"/health", EVHTTP_REQ_GET, "GET", ROUTE_HEALTH},
-    {"/metrics", EVHTTP_REQ_GET, "GET", ROUTE_METRICS},
-    {"/tokenize", EVHTTP_REQ_POST, "POST", ROUTE_TOKENIZE},
-    {"/detokenize", EVHTTP_REQ_POST, "POST", ROUTE_DETOKENIZE},
-    {"/apply-template", EVHTTP_REQ_POST, "POST", ROUTE_APPLY_TEMPLATE},
+    {"/v1/completions", HTTP_POST, "POST", ROUTE_COMPLETIONS},
+    {"/v1/chat/completions", HTTP_POST, "POST", ROUTE_CHAT},
+    {"/v1/models", HTTP_GET, "GET", ROUTE_MODELS},
+    {"/health", HTTP_GET, "GET", ROUTE_HEALTH},
+    {"/metrics", HTTP_GET, "GET", ROUTE_METRICS},
+    {"/tokenize", HTTP_POST, "POST", ROUTE_TOKENIZE},
+    {"/detokenize", HTTP_POST, "POST", ROUTE_DETOKENIZE},
+    {"/apply-template", HTTP_POST, "POST", ROUTE_APPLY_TEMPLATE},
 };
 
 /* Route http, checked for its key and rate. Returns whether a request took the exchange
  * over (a generation); false when it was answered here. */
-static bool route(struct front *f, struct evhttp_request *http, const struct access_entry *a)
+static bool route(struct front *f, struct http_req *http, const struct access_entry *a)
 {
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(http);
-    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-    enum evhttp_cmd_type method = evhttp_request_get_command(http);
+    const char *path = http_req_path(http);
+    enum http_method method = http_req_method(http);
 
-    if (!evhttp_request_get_uri(http) || !path) {
-        /* libevent calls back without a URI when reading the request failed; it set the
-         * status (413 for a body over the limit) */
-        int code = evhttp_request_get_response_code(http);
+    if (!path) {
+        /* the request could not be read; the server set the status (413 for a body over the
+         * limit) */
+        int code = http_req_failed_status(http);
         if (code == 413) {
             metrics_count_rejected(&f->metrics, METRICS_REJECT_TOO_LARGE);
             api_send_error(http, 413, "invalid_request_error",
@@ -650,8 +632,8 @@ static bool route(struct front *f, struct evhttp_request *http, const struct acc
         const struct route *rt = &routes[i];
         if (strcmp(path, rt->path) != 0)
             continue;
-        if (method != rt->method && !(method == EVHTTP_REQ_HEAD && rt->method == EVHTTP_REQ_GET)) {
-            evhttp_add_header(evhttp_request_get_output_headers(http), "Allow", rt->allow);
+        if (method != rt->method && !(method == HTTP_HEAD && rt->method == HTTP_GET)) {
+            http_set_header(http, "Allow", rt->allow);
             api_send_error(http, 405, "invalid_request_error", "method not allowed", NULL,
                            NULL);
             return false;
@@ -685,39 +667,37 @@ static bool route(struct front *f, struct evhttp_request *http, const struct acc
     return false;
 }
 
-static const char *method_name(enum evhttp_cmd_type m)
+static const char *method_name(enum http_method m)
 {
     switch (m) {
-    case EVHTTP_REQ_GET: return "GET";
-    case EVHTTP_REQ_POST: return "POST";
-    case EVHTTP_REQ_HEAD: return "HEAD";
-    case EVHTTP_REQ_PUT: return "PUT";
-    case EVHTTP_REQ_DELETE: return "DELETE";
-    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
-    case EVHTTP_REQ_TRACE: return "TRACE";
-    case EVHTTP_REQ_CONNECT: return "CONNECT";
-    case EVHTTP_REQ_PATCH: return "PATCH";
+    case HTTP_GET: return "GET";
+    case HTTP_POST: return "POST";
+    case HTTP_HEAD: return "HEAD";
+    case HTTP_PUT: return "PUT";
+    case HTTP_DELETE: return "DELETE";
+    case HTTP_OPTIONS: return "OPTIONS";
+    case HTTP_TRACE: return "TRACE";
+    case HTTP_CONNECT: return "CONNECT";
+    case HTTP_PATCH: return "PATCH";
+    case HTTP_OTHER: break;
     }
     return "-";
 }
 
 /* The part of http's access line known when it comes. */
-static void access_begin(struct front *f, struct evhttp_request *http, struct access_entry *a)
+static void access_begin(struct front *f, struct http_req *http, struct access_entry *a)
 {
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(http);
-    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-    struct evhttp_connection *evcon = evhttp_request_get_connection(http);
-    char *addr = NULL;
-    ev_uint16_t port = 0;
+    const char *path = http_req_path(http);
+    const char *addr;
+    uint16_t port;
 
     memset(a, 0, sizeof(*a));
     a->t_start_us = hist_now_us();
     a->worker = -1;
-    snprintf(a->method, sizeof(a->method), "%s", method_name(evhttp_request_get_command(http)));
+    snprintf(a->method, sizeof(a->method), "%s", method_name(http_req_method(http)));
     snprintf(a->route, sizeof(a->route), "%s", path ? path : "-");
-    if (evcon)
-        evhttp_connection_get_peer(evcon, &addr, &port);
-    snprintf(a->client, sizeof(a->client), "%s", addr ? addr : "-");
+    http_req_peer(http, &addr, &port);
+    snprintf(a->client, sizeof(a->client), "%s", strcmp(addr, "?") ? addr : "-");
     /* every answer (errors and streams too) names the request: the client's id or ours */
     request_id_assign(http, f->id_salt, ++f->n_http_requests, a->rid, sizeof(a->rid));
 }
@@ -749,7 +729,7 @@ void api_request_over(struct request *lead)
     access_log_write(a, hist_now_us());
 }
 
-void api_handle(struct evhttp_request *http, void *arg)
+void api_handle(struct http_req *http, void *arg)
 {
     struct front *f = arg;
     struct access_entry a;
@@ -757,7 +737,7 @@ void api_handle(struct evhttp_request *http, void *arg)
     access_begin(f, http, &a);
     if (route(f, http, &a))
         return; /* its request writes the line when it ends (api_request_over) */
-    /* answered here: http is freed only once the answer is written, after this returns */
-    a.status = evhttp_request_get_response_code(http);
+    /* answered here: http is released only after this returns */
+    a.status = http_req_status(http);
     access_log_write(&a, hist_now_us());
 }

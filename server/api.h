@@ -16,8 +16,8 @@
 #include "toolcall.h"
 #include "wire.h"
 
-struct evhttp;
-struct evhttp_request;
+struct http_server;
+struct http_req;
 struct event_base;
 struct kiln_config;
 struct tokenizer;
@@ -32,7 +32,7 @@ struct roll;
 struct front {
     const struct kiln_config *cfg;
     struct event_base *base;
-    struct evhttp *http;
+    struct http_server *http;
     struct front_model *model;  /* the generation new requests bind to (front_model.h) */
     uint32_t next_gen;          /* the last generation loaded */
     struct roll *roll;          /* a reload's rolling restart of the workers (roll.h) */
@@ -64,8 +64,8 @@ int api_reload_guard(struct front *f, const struct kiln_config *n, char *err, si
 void api_free(struct front *f);
 
 
-/* The evhttp callback for every request. */
-void api_handle(struct evhttp_request *req, void *arg);
+/* The HTTP server's callback for every request. */
+void api_handle(struct http_req *req, void *arg);
 
 /* lead's generation is over for its client (answered, failed or gone): its access line,
  * once. request.c calls it where a request ends. */
@@ -73,7 +73,7 @@ void api_request_over(struct request *lead);
 
 /* Answer http with an OpenAI error body {"error":{message,type,param,code}}. param and code
  * may be NULL (JSON null). A 503 carries Retry-After. */
-void api_send_error(struct evhttp_request *http, int status, const char *type,
+void api_send_error(struct http_req *http, int status, const char *type,
                     const char *message, const char *param, const char *code);
 
 /* The OpenAI name of a finish reason: "stop", "length". */

@@ -56,7 +56,7 @@ int api_template_setup(struct front_model *m, const struct kiln_config *cfg, cha
                        size_t errlen);
 /* POST /apply-template: a chat request's body in, {"prompt": "..."} out, nothing generated
  * (add_generation_prompt: true unless the body says false). */
-void api_apply_template(struct front *f, struct evhttp_request *http);
+void api_apply_template(struct front *f, struct http_req *http);
 
 int api_parse_common(struct request *r, json_t *o, struct api_params *p, struct perr *e);
 

@@ -9,8 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/buffer.h>
-#include <event2/http.h>
+#include "http.h"
 
 #include "api.h"
 #include "api_chat.h"
@@ -137,14 +136,14 @@ char *api_chat_render(const struct front_model *m, const struct api_chat *c,
     return out;
 }
 
-void api_apply_template(struct front *f, struct evhttp_request *http)
+void api_apply_template(struct front *f, struct http_req *http)
 {
-    struct evbuffer *in = evhttp_request_get_input_buffer(http);
-    size_t len = evbuffer_get_length(in);
+    size_t len;
+    const char *in = http_req_body(http, &len);
     struct perr e = {.status = 400};
     json_error_t jerr;
     char *prompt = NULL, *json = NULL;
-    json_t *o = json_loadb((const char *)evbuffer_pullup(in, -1), len, 0, &jerr), *gen;
+    json_t *o = json_loadb(in, len, 0, &jerr), *gen;
 
     if (!o) {
         snprintf(e.msg, sizeof(e.msg), "the body is not valid JSON: %s (line %d, column %d)",
@@ -175,19 +174,15 @@ void api_apply_template(struct front *f, struct evhttp_request *http)
     json_t *reply = json_pack("{s:s}", "prompt", prompt);
     json = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
     json_decref(reply);
-    struct evbuffer *body = evbuffer_new();
-    if (!json || !body || evbuffer_add(body, json, strlen(json)) < 0 ||
-        evbuffer_add(body, "\n", 1) < 0) {
-        if (body)
-            evbuffer_free(body);
+    if (!json) {
         e.status = 500;
         snprintf(e.msg, sizeof(e.msg), "out of memory");
         goto fail;
     }
-    evhttp_add_header(evhttp_request_get_output_headers(http), "Content-Type",
-                      "application/json");
-    evhttp_send_reply(http, 200, NULL, body);
-    evbuffer_free(body);
+    http_set_header(http, "Content-Type", "application/json");
+    len = strlen(json);
+    json[len] = '\n'; /* over the NUL: the body is the JSON and a line end */
+    http_reply(http, 200, NULL, json, len + 1);
     goto out;
 fail:
     api_send_error(http, e.status, e.status >= 500 ? "server_error" : "invalid_request_error",

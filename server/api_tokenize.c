@@ -8,8 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/buffer.h>
-#include <event2/http.h>
+#include "http.h"
 #include <jansson.h>
 
 #include "api.h"
@@ -29,35 +28,29 @@ static int tk_bad(struct tk_err *e, const char *param, const char *msg)
     return -EINVAL;
 }
 
-static void tk_reply(struct evhttp_request *http, json_t *root)
+static void tk_reply(struct http_req *http, json_t *root)
 {
     char *json = root ? json_dumps(root, JSON_COMPACT) : NULL;
-    struct evbuffer *body = evbuffer_new();
+    size_t len;
     json_decref(root);
-    if (!json || !body) {
+    if (!json) {
         api_send_error(http, 500, "server_error", "out of memory", NULL, NULL);
-        goto out;
+        return;
     }
-    evhttp_add_header(evhttp_request_get_output_headers(http), "Content-Type",
-                      "application/json");
-    if (evbuffer_add(body, json, strlen(json)) < 0 || evbuffer_add(body, "\n", 1) < 0) {
-        api_send_error(http, 500, "server_error", "out of memory", NULL, NULL);
-        goto out;
-    }
-    evhttp_send_reply(http, 200, NULL, body);
-out:
-    if (body)
-        evbuffer_free(body);
+    http_set_header(http, "Content-Type", "application/json");
+    len = strlen(json);
+    json[len] = '\n'; /* over the NUL: the body is the JSON and a line end */
+    http_reply(http, 200, NULL, json, len + 1);
     free(json);
 }
 
 /* The body as a JSON object, or NULL with e set. */
-static json_t *tk_body(struct evhttp_request *http, struct tk_err *e)
+static json_t *tk_body(struct http_req *http, struct tk_err *e)
 {
-    struct evbuffer *in = evhttp_request_get_input_buffer(http);
-    size_t len = evbuffer_get_length(in);
+    size_t len;
+    const char *in = http_req_body(http, &len);
     json_error_t jerr;
-    json_t *o = json_loadb((const char *)evbuffer_pullup(in, -1), len, 0, &jerr);
+    json_t *o = json_loadb(in, len, 0, &jerr);
     if (!o) {
         snprintf(e->msg, sizeof(e->msg), "the body is not valid JSON: %s (line %d, column %d)",
                  jerr.text, jerr.line, jerr.column);
@@ -129,7 +122,7 @@ static long tk_encode(const struct tokenizer *tok, const char *text, size_t len,
 /* The most tokens /tokenize answers with their pieces. */
 #define TK_MAX_PIECES 16384
 
-void api_tokenize(struct front *f, struct evhttp_request *http)
+void api_tokenize(struct front *f, struct http_req *http)
 {
     const struct tokenizer *tok = f->model->tok;
     struct tk_err e = {{0}, NULL};
@@ -218,7 +211,7 @@ static int tk_append(char **buf, size_t *used, size_t *cap, const char *s, size_
     return 0;
 }
 
-void api_detokenize(struct front *f, struct evhttp_request *http)
+void api_detokenize(struct front *f, struct http_req *http)
 {
     const struct tokenizer *tok = f->model->tok;
     uint32_t n_vocab = tokenizer_n_vocab(tok);

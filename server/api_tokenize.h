@@ -4,7 +4,7 @@
 #define API_TOKENIZE_H
 
 struct front;
-struct evhttp_request;
+struct http_req;
 
 /* {"content": string, "add_special": bool = true, "parse_special": bool = false,
  *  "with_pieces": bool = false} -> {"tokens": [id, ...]}, or with with_pieces
@@ -14,11 +14,11 @@ struct evhttp_request;
  * content as ordinary characters (parse_special: true turns them into their ids, as
  * llama.cpp's default does). Pieces render control tokens as their text ("<s>") and keep
  * SentencePiece's leading space. A wrong field is a 400 naming it. */
-void api_tokenize(struct front *f, struct evhttp_request *http);
+void api_tokenize(struct front *f, struct http_req *http);
 
 /* {"tokens": [id, ...]} -> {"content": string}: the text a client would have been streamed
  * for those ids (control tokens empty, SentencePiece's first space dropped, invalid UTF-8 as
  * U+FFFD). An id outside the vocabulary, or a non-integer, is a 400 naming "tokens". */
-void api_detokenize(struct front *f, struct evhttp_request *http);
+void api_detokenize(struct front *f, struct http_req *http);
 
 #endif

@@ -11,7 +11,6 @@
 #include <time.h>
 
 #include <event2/event.h>
-#include <event2/http.h>
 
 #include "api.h"
 #include "config.h"
@@ -43,7 +42,6 @@ struct shutdown {
     bool hard;              /* a second signal: workers killed, loop left at once */
     struct event *ev_tick;  /* draining: are the requests over? */
     struct timespec deadline;
-    struct http_conns *conns;
     struct service *svc;    /* systemd's notifications */
     int argc;               /* the command line, read again on SIGHUP */
     char **argv;
@@ -129,7 +127,7 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
                  strsignal((int)sig), f->cfg->drain_ms);
         sd->phase = FRONT_DRAINING;
         service_stopping(sd->svc, "draining: running requests finish, no new ones");
-        http_stop_listening(f->http, sd->conns);
+        http_stop_listening(f->http);
         supervisor_drain(f->sup);
         clock_gettime(CLOCK_MONOTONIC, &sd->deadline);
         sd->deadline.tv_sec += f->cfg->drain_ms / 1000;
@@ -250,7 +248,7 @@ int main(int argc, char **argv)
     if (!(f.workers = workers_create(f.base, &cfg, f.model, &ops, &f)) ||
         !(f.sup = supervisor_create(f.base, &cfg, f.workers)) || !(f.roll = roll_create(&f)))
         goto out;
-    if (!(f.http = http_create(f.base, &cfg, &f.metrics, api_handle, &f, &port, &sd.conns)))
+    if (!(f.http = http_create(f.base, &cfg, &f.metrics, api_handle, &f, &port)))
         goto out;
     sd.f = &f;
     sd.ev_tick = event_new(f.base, -1, EV_PERSIST, on_drain_tick, &sd);
@@ -279,7 +277,7 @@ out:
     roll_free(f.roll);
     supervisor_destroy(f.sup, sd.hard ? 0 : WORKER_STOP_MS);
     workers_destroy(f.workers);
-    http_destroy(f.http, sd.conns);
+    http_destroy(f.http);
     if (sd.ev_tick)
         event_free(sd.ev_tick);
     if (f.base)

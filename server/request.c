@@ -8,165 +8,24 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <sys/time.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
-#include <event2/bufferevent.h>
-#include <event2/http.h>
-#include <event2/http_struct.h>
 
 #include "api.h"
 #include "api_impl.h"
 #include "config.h"
 #include "hist.h"
-#include "http_filter.h"
+#include "http.h"
 #include "log.h"
 #include "queue.h"
 #include "relay.h"
 #include "supervisor.h"
 #include "workers.h"
 
-static void on_close(struct evhttp_connection *evcon, void *arg);
-
-static void unwatch_peer(struct request *r)
-{
-    if (r->ev_peer) {
-        event_free(r->ev_peer);
-        r->ev_peer = NULL;
-    }
-}
-
-/* The client's socket as libevent has it, or -1. */
-static evutil_socket_t client_fd(struct request *r)
-{
-    struct evhttp_connection *evcon;
-    struct bufferevent *bev;
-    if (r->lead && r->lead != r)
-        r = r->lead; /* the choices of n share the lead's connection */
-    if (!r || !r->http || !(evcon = evhttp_request_get_connection(r->http)) ||
-        !(bev = evhttp_connection_get_bufferevent(evcon)))
-        return -1;
-    return bufferevent_getfd(bev);
-}
-
-/* 2: the client reset the connection (it is gone); 1: it closed its sending side (EOF: it
- * may still read the answer, or have closed entirely); 0: it sent more bytes (a pipelined
- * request); -1: nothing to tell yet. */
-static int peer_state(evutil_socket_t fd)
-{
-    char c;
-    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0)
-        return 1;
-    if (n < 0)
-        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -1 : 2;
-    return 0;
-}
-
-/* How long after the probe (below) a reset must have come for the client to count as gone. */
-#define PEER_PROBE_MS 200
-
-static void drop_client(struct request *r)
-{
-    unwatch_peer(r);
-    if (r->http) /* frees the connection and its request; on_close runs first */
-        evhttp_connection_free(evhttp_request_get_connection(r->http));
-}
-
-/* Whether the client's socket saw a reset: after the FIN, recv() keeps saying EOF even once
- * a reset came, so ask the socket. */
-static bool peer_reset(evutil_socket_t fd)
-{
-    struct tcp_info ti;
-    socklen_t len = sizeof(ti);
-    int err = 0;
-    socklen_t elen = sizeof(err);
-    return (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) == 0 && err != 0) ||
-           (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_state == TCP_CLOSE);
-}
-
-/* The client's socket is at EOF: it closed entirely, or only shut its sending side and waits
- * for the answer, as HTTP allows. When nothing was written to it yet, send an interim
- * "100 Continue" (which every HTTP/1.1 client must accept), once: a client that closed
- * entirely answers it with a reset, one that half-closed reads on. Returns 1 when the probe
- * went now, 0 when it went before or cannot go (bytes went or are queued already, so the
- * next write tells; HTTP/1.0 gets no 1xx), -1 when the client is gone. */
-static int peer_probe(struct request *lead, evutil_socket_t fd)
-{
-    static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
-    struct evhttp_connection *evcon;
-    struct bufferevent *bev;
-    if (lead->peer_probed || !lead->http)
-        return 0;
-    evcon = evhttp_request_get_connection(lead->http);
-    bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
-    if (lead->reply_started || !bev || evbuffer_get_length(bufferevent_get_output(bev)) > 0 ||
-        lead->http->major != 1 || lead->http->minor < 1)
-        return 0;
-    lead->peer_probed = true;
-    if (send(fd, probe, sizeof(probe) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(probe) - 1)
-        return -1;
-    return 1;
-}
-
-/* The probe's answer: a reset means the client closed entirely; EOF alone means it only
- * half-closed and waits for its answer. */
-static void on_peer_probe(evutil_socket_t fd, short what, void *arg)
-{
-    struct request *r = arg;
-    evutil_socket_t cfd = client_fd(r);
-    (void)fd;
-    (void)what;
-    if (cfd >= 0 && peer_reset(cfd))
-        return drop_client(r);
-    unwatch_peer(r);
-}
-
-/* libevent does not read a connection while its request is being answered, so a client that
- * leaves before any byte is written would go unnoticed: watch its socket ourselves, and at
- * EOF probe it (peer_probe). */
-static void on_peer(evutil_socket_t fd, short what, void *arg)
-{
-    struct request *r = arg;
-    (void)what;
-    int st = peer_state(fd);
-    if (st < 0) {
-        event_add(r->ev_peer, NULL);
-        return;
-    }
-    if (st == 0 || !r->http) { /* a pipelined request: the reply's writes will tell */
-        unwatch_peer(r);
-        return;
-    }
-    if (st == 2)
-        return drop_client(r);
-    if (peer_probe(r, fd) < 0)
-        return drop_client(r);
-    event_free(r->ev_peer);
-    r->ev_peer = NULL;
-    if (!r->peer_probed) /* no probe can go: the next write tells */
-        return;
-    /* the probe went (now, or from the queue's prune): its answer is due */
-    r->ev_peer = evtimer_new(r->f->base, on_peer_probe, r);
-    struct timeval tv = {0, PEER_PROBE_MS * 1000};
-    if (!r->ev_peer || evtimer_add(r->ev_peer, &tv) < 0)
-        unwatch_peer(r);
-}
-
-static void watch_peer(struct request *r)
-{
-    evutil_socket_t fd = client_fd(r);
-    if (fd < 0)
-        return;
-    r->ev_peer = event_new(r->f->base, fd, EV_READ, on_peer, r);
-    if (r->ev_peer)
-        event_add(r->ev_peer, NULL);
-}
+static void on_close(void *arg);
 
 /* ---- backpressure ----
  * A stream's output waits in the connection's evbuffer until the socket takes it. Over
@@ -195,11 +54,9 @@ static void flow_arm_timeout(struct request *lead)
 
 static void flow_release(struct request *lead)
 {
-    if (lead->conn_out_cb) {
-        evbuffer_remove_cb_entry(lead->conn_out, lead->conn_out_cb);
-        lead->conn_out_cb = NULL;
-    }
-    lead->conn_out = NULL;
+    if (lead->drain_watched && lead->http)
+        http_req_on_drain(lead->http, NULL, NULL);
+    lead->drain_watched = false;
     if (lead->ev_flow)
         event_del(lead->ev_flow);
     lead->flow_held = false;
@@ -207,12 +64,12 @@ static void flow_release(struct request *lead)
 
 /* The client read (or the buffer changed): progress resets its timeout; below half the
  * bound the jobs resume, from the loop (not from inside evbuffer). */
-static void on_conn_out(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+static void on_conn_out(void *arg, size_t unsent)
 {
     struct request *lead = arg;
-    if (!lead->flow_held || info->n_deleted == 0)
+    if (!lead->flow_held)
         return;
-    if (evbuffer_get_length(buf) <= lead->f->cfg->max_client_buffer / 2) {
+    if (unsent <= lead->f->cfg->max_client_buffer / 2) {
         event_del(lead->ev_flow);
         event_active(lead->ev_flow, EV_READ, 0);
     } else {
@@ -223,7 +80,6 @@ static void on_conn_out(struct evbuffer *buf, const struct evbuffer_cb_info *inf
 static void on_flow(evutil_socket_t fd, short what, void *arg)
 {
     struct request *lead = arg;
-    struct evhttp_connection *evcon;
     (void)fd;
     if (!lead->flow_held)
         return;
@@ -234,31 +90,24 @@ static void on_flow(evutil_socket_t fd, short what, void *arg)
     }
     log_info("request %llu: its client read nothing for %u ms with %zu bytes unsent; dropped",
              (unsigned long long)lead->req_id, lead->f->cfg->client_timeout_ms,
-             lead->conn_out ? evbuffer_get_length(lead->conn_out) : (size_t)0);
+             lead->http ? http_req_unsent(lead->http) : (size_t)0);
     metrics_count_dropped(&lead->f->metrics, METRICS_DROP_CLIENT_TIMEOUT);
-    if (lead->http && (evcon = evhttp_request_get_connection(lead->http)))
-        evhttp_connection_free(evcon); /* on_close ends the group and cancels its jobs */
+    if (lead->http)
+        http_req_abort(lead->http); /* on_close ends the group and cancels its jobs */
 }
 
 /* After output was added for lead's client: hold the group when too much waits unsent. */
 static void flow_check(struct request *lead)
 {
-    struct evhttp_connection *evcon;
-    struct bufferevent *bev;
     if (!lead->http)
         return;
-    if (!lead->conn_out) {
-        if (!(evcon = evhttp_request_get_connection(lead->http)) ||
-            !(bev = evhttp_connection_get_bufferevent(evcon)))
-            return;
-        lead->conn_out = bufferevent_get_output(bev);
+    if (!lead->drain_watched) {
         if (!lead->ev_flow && !(lead->ev_flow = event_new(lead->f->base, -1, 0, on_flow, lead)))
             return;
-        lead->conn_out_cb = evbuffer_add_cb(lead->conn_out, on_conn_out, lead);
-        if (!lead->conn_out_cb)
-            return;
+        http_req_on_drain(lead->http, on_conn_out, lead);
+        lead->drain_watched = true;
     }
-    if (evbuffer_get_length(lead->conn_out) <= lead->f->cfg->max_client_buffer) {
+    if (http_req_unsent(lead->http) <= lead->f->cfg->max_client_buffer) {
         if (!lead->flow_held)
             return;
     } else if (!lead->flow_held) {
@@ -276,7 +125,6 @@ static void request_maybe_free(struct request *r)
         return;
     TAILQ_REMOVE(&f->requests, r, link_all);
     f->n_requests--;
-    unwatch_peer(r);
     if (r->lead == r) {
         /* choices still waiting for their job's final record live on without their lead */
         for (uint32_t i = 1; i < r->n_choices; i++)
@@ -311,7 +159,7 @@ static void request_maybe_free(struct request *r)
     free(r);
 }
 
-struct request *request_create(struct front *f, struct evhttp_request *http,
+struct request *request_create(struct front *f, struct http_req *http,
                                enum request_kind kind)
 {
     struct request *r = calloc(1, sizeof(*r));
@@ -338,24 +186,16 @@ struct request *request_create(struct front *f, struct evhttp_request *http,
     r->t_admit_us = hist_now_us();
     TAILQ_INSERT_TAIL(&f->requests, r, link_all);
     f->n_requests++;
-    struct evhttp_connection *evcon = evhttp_request_get_connection(http);
-    if (evcon)
-        evhttp_connection_set_closecb(evcon, on_close, r);
-    watch_peer(r);
+    http_req_on_close(http, on_close, r);
     return r;
 }
 
 /* Stop watching the connection: the answer is complete or the client left. */
 static void release_http(struct request *r)
 {
-    struct evhttp_connection *evcon;
-    unwatch_peer(r);
     flow_release(r);
-    if (!r->http)
-        return;
-    evcon = evhttp_request_get_connection(r->http);
-    if (evcon)
-        evhttp_connection_set_closecb(evcon, NULL, NULL);
+    if (r->http)
+        http_req_on_close(r->http, NULL, NULL);
 }
 
 /* One job is over for the client: leave the queue, cancel it if it runs, free it if nothing
@@ -403,26 +243,16 @@ static void send_sse(struct request *lead, const char *json)
     evbuffer_add(lead->text, "data: ", 6);
     evbuffer_add(lead->text, json, strlen(json));
     evbuffer_add(lead->text, "\n\n", 2);
-    evhttp_send_reply_chunk(lead->http, lead->text);
-}
-
-/* A streamed answer is under way (or over): see http_filter_hold_eof. */
-static void hold_eof(struct request *lead, bool hold)
-{
-    struct evhttp_connection *evcon = lead->http ? evhttp_request_get_connection(lead->http) : NULL;
-    if (evcon)
-        http_filter_hold_eof(evhttp_connection_get_bufferevent(evcon), hold);
+    http_reply_chunk(lead->http, lead->text);
 }
 
 static void stream_begin(struct request *lead)
 {
     if (lead->reply_started || !lead->http)
         return;
-    hold_eof(lead, true); /* a half-closed client still reads its stream */
-    struct evkeyvalq *h = evhttp_request_get_output_headers(lead->http);
-    evhttp_add_header(h, "Content-Type", "text/event-stream");
-    evhttp_add_header(h, "Cache-Control", "no-cache");
-    evhttp_send_reply_start(lead->http, 200, "OK");
+    http_set_header(lead->http, "Content-Type", "text/event-stream");
+    http_set_header(lead->http, "Cache-Control", "no-cache");
+    http_reply_start(lead->http, 200, "OK"); /* a half-closed client still reads it */
     lead->reply_started = true;
     for (uint32_t i = 0; i < lead->n_choices; i++) {
         char *j = NULL;
@@ -586,23 +416,17 @@ static void answer(struct request *lead)
             free(j);
         }
         evbuffer_add(lead->text, "data: [DONE]\n\n", 14);
-        evhttp_send_reply_chunk(lead->http, lead->text);
-        hold_eof(lead, false);
-        evhttp_send_reply_end(lead->http);
+        http_reply_chunk(lead->http, lead->text);
+        http_reply_end(lead->http);
     } else {
         char *j = api_json_reply(lead);
-        struct evbuffer *body = evbuffer_new();
-        if (j && body) {
-            evhttp_add_header(evhttp_request_get_output_headers(lead->http), "Content-Type",
-                              "application/json");
-            evbuffer_add(body, j, strlen(j));
-            evhttp_send_reply(lead->http, 200, "OK", body);
+        if (j) {
+            http_set_header(lead->http, "Content-Type", "application/json");
+            http_reply(lead->http, 200, "OK", j, strlen(j));
         } else {
             api_send_error(lead->http, 500, "server_error", "out of memory", NULL, NULL);
         }
         free(j);
-        if (body)
-            evbuffer_free(body);
     }
     lead->http = NULL;
     metrics_observe_e2e(m, hist_now_us() - lead->t_admit_us);
@@ -639,14 +463,14 @@ static void emit_finished(struct request *r, enum finish_reason reason, uint32_t
 
 /* While no worker can serve, a client should come back when the next one may: the time to
  * the next restart attempt, in whole seconds rounded up (at least 1). */
-static void set_retry_after(struct evhttp_request *http, struct supervisor *sup)
+static void set_retry_after(struct http_req *http, struct supervisor *sup)
 {
     int64_t ms = supervisor_retry_after_ms(sup);
     char v[24];
     if (ms < 0)
         return; /* none planned: api_send_error's default */
     snprintf(v, sizeof(v), "%lld", (long long)(ms > 0 ? (ms + 999) / 1000 : 1));
-    evhttp_add_header(evhttp_request_get_output_headers(http), "Retry-After", v);
+    http_set_header(http, "Retry-After", v);
 }
 
 void request_fail(struct request *r, int status, const char *type, const char *message,
@@ -662,8 +486,7 @@ void request_fail(struct request *r, int status, const char *type, const char *m
             char *j = api_json_error(type, message, param, code);
             send_sse(lead, j);
             free(j);
-            hold_eof(lead, false);
-            evhttp_send_reply_end(lead->http);
+            http_reply_end(lead->http);
         } else {
             if (status == 503 && code && strcmp(code, "no_worker") == 0)
                 set_retry_after(lead->http, r->f->sup);
@@ -674,19 +497,12 @@ void request_fail(struct request *r, int status, const char *type, const char *m
     request_end(r);
 }
 
-static void on_close(struct evhttp_connection *evcon, void *arg)
+/* The client left before its answer was whole: r->http goes with the connection. */
+static void on_close(void *arg)
 {
     struct request *r = arg;
-    evhttp_connection_set_closecb(evcon, NULL, NULL);
-    unwatch_peer(r);
     flow_release(r);
-    if (r->http) {
-        /* libevent detaches an unanswered request from a failed connection and leaves its
-         * freeing to us; one still attached is freed with the connection right after. */
-        if (!evhttp_request_get_connection(r->http))
-            evhttp_request_free(r->http);
-        r->http = NULL;
-    }
+    r->http = NULL;
     if (!r->finished) {
         r->client_gone = true;
         metrics_count_finished(&r->f->metrics, METRICS_FINISH_CANCELLED);
@@ -697,19 +513,9 @@ static void on_close(struct evhttp_connection *evcon, void *arg)
 
 bool request_client_alive(struct request *r)
 {
-    struct request *lead = r->lead ? r->lead : r;
-    evutil_socket_t fd = client_fd(lead);
-    if (fd < 0)
-        return false;
-    int st = peer_state(fd);
-    if (st < 1)
-        return true;
-    if (st == 2)
-        return false;
-    /* EOF: a client that only half-closed waits for its answer, so it keeps its place; the
-     * probe tells one that closed entirely (on loopback its reset is back before send()
-     * returns; elsewhere on_peer_probe drops it once the reset comes) */
-    return peer_probe(lead, fd) >= 0 && !peer_reset(fd);
+    if (r->lead && r->lead != r)
+        r = r->lead; /* the choices of n share the lead's connection */
+    return r && r->http && http_req_client_alive(r->http);
 }
 
 static void send_cancel(struct request *r)

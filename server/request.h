@@ -13,7 +13,7 @@
 #include "proto.h"
 #include "toolcall.h"
 
-struct evhttp_request;
+struct http_req;
 struct evbuffer;
 struct event;
 struct front;
@@ -46,7 +46,7 @@ struct request {
      * its name is the reply's "model" (front_model.h). One reference. */
     struct front_model *model;
     /* The client's request; NULL once the answer is complete or the client left. */
-    struct evhttp_request *http;
+    struct http_req *http;
     TAILQ_ENTRY(request) link_all;   /* f->requests */
     TAILQ_ENTRY(request) link_queue; /* the waiting queue, while queued */
     enum request_kind kind;
@@ -72,10 +72,8 @@ struct request {
     bool finished;      /* the generation ended (the HTTP answer was given or the client left) */
     bool reply_started; /* the SSE stream's headers were sent */
     bool client_gone;
-    bool peer_probed;   /* lead: the interim "100 Continue" probe went to the client */
     uint32_t hold;      /* >0 while a callback works on it: not freed until it returns */
 
-    struct event *ev_peer; /* the client's socket readable: did it leave? */
     struct relay *relay;
     /* chat replies read for tool calls and reasoning (tc.format NONE and !tc.reasoning: the
      * text goes out as it is); each choice has its own parser */
@@ -106,8 +104,7 @@ struct request {
      * so the group's jobs are paused on their workers until the client has read half of it */
     bool paused;               /* this job: PAUSE asked of its worker */
     bool flow_held;            /* lead: the group is held for its slow client */
-    struct evbuffer *conn_out; /* lead: the connection's output (evhttp's unsent bytes) */
-    struct evbuffer_cb_entry *conn_out_cb;
+    bool drain_watched;        /* lead: the connection's writes are followed */
     struct event *ev_flow;     /* lead: resume (activated) or --client-timeout-ms (timer) */
     /* lead: its access log line (api.c's; status: request_fail()'s, else 0), and the
      * X-Request-Id its jobs carry to the workers */
@@ -116,7 +113,7 @@ struct request {
 
 /* A request for http (owned by f, on f->requests), watching for the client leaving. Returns
  * NULL when out of memory. */
-struct request *request_create(struct front *f, struct evhttp_request *http,
+struct request *request_create(struct front *f, struct http_req *http,
                                enum request_kind kind);
 
 /* Prepare the relay (stop strings, tokenizer) once the fields are set, make the other

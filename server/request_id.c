@@ -4,8 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
+#include "http.h"
 
 bool request_id_valid(const char *s)
 {
@@ -31,17 +30,15 @@ static uint64_t mix(uint64_t x)
     return x ^ (x >> 31);
 }
 
-void request_id_assign(struct evhttp_request *http, uint64_t salt, uint64_t seq, char *out,
+void request_id_assign(struct http_req *http, uint64_t salt, uint64_t seq, char *out,
                        size_t cap)
 {
-    const char *given = evhttp_find_header(evhttp_request_get_input_headers(http),
-                                           "X-Request-Id");
+    const char *given = http_req_header(http, "X-Request-Id");
     if (request_id_valid(given))
         snprintf(out, cap, "%s", given);
     else
         snprintf(out, cap, "%016llx%016llx", (unsigned long long)mix(salt ^ seq),
                  (unsigned long long)mix(seq + salt * 31));
-    struct evkeyvalq *h = evhttp_request_get_output_headers(http);
-    evhttp_remove_header(h, "X-Request-Id");
-    evhttp_add_header(h, "X-Request-Id", out);
+    http_remove_header(http, "X-Request-Id");
+    http_set_header(http, "X-Request-Id", out);
 }

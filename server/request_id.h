@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct evhttp_request;
+struct http_req;
 
 /* Longest id taken from a client; a longer one is replaced by a made one. */
 #define REQUEST_ID_MAX 128
@@ -18,7 +18,7 @@ bool request_id_valid(const char *s);
 
 /* The id of http (the client's when valid, else one made from salt and seq: 32 hex digits)
  * into out (at least REQUEST_ID_MAX + 1 bytes), and set as its X-Request-Id response header. */
-void request_id_assign(struct evhttp_request *http, uint64_t salt, uint64_t seq, char *out,
+void request_id_assign(struct http_req *http, uint64_t salt, uint64_t seq, char *out,
                        size_t cap);
 
 #endif

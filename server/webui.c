@@ -14,8 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <event2/buffer.h>
-#include <event2/http.h>
+#include "http.h"
 
 #include "config.h"
 #include "log.h"
@@ -156,53 +155,41 @@ bool webui_safe_name(const char *rel)
     return !part_start;
 }
 
-static void add_common_headers(struct evhttp_request *http, const char *type, const char *etag)
+static void add_common_headers(struct http_req *http, const char *type, const char *etag)
 {
-    struct evkeyvalq *h = evhttp_request_get_output_headers(http);
-
     if (type)
-        evhttp_add_header(h, "Content-Type", type);
+        http_set_header(http, "Content-Type", type);
     if (etag)
-        evhttp_add_header(h, "ETag", etag);
+        http_set_header(http, "ETag", etag);
     /* revalidate every time: a new build changes the bytes and so the ETag */
-    evhttp_add_header(h, "Cache-Control", "no-cache");
-    evhttp_add_header(h, "Vary", "Accept-Encoding");
-    evhttp_add_header(h, "Content-Security-Policy", webui_csp);
-    evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
-    evhttp_add_header(h, "Referrer-Policy", "no-referrer");
-    evhttp_add_header(h, "X-Frame-Options", "DENY");
-    evhttp_add_header(h, "Cross-Origin-Opener-Policy", "same-origin");
+    http_set_header(http, "Cache-Control", "no-cache");
+    http_set_header(http, "Vary", "Accept-Encoding");
+    http_set_header(http, "Content-Security-Policy", webui_csp);
+    http_set_header(http, "X-Content-Type-Options", "nosniff");
+    http_set_header(http, "Referrer-Policy", "no-referrer");
+    http_set_header(http, "X-Frame-Options", "DENY");
+    http_set_header(http, "Cross-Origin-Opener-Policy", "same-origin");
 }
 
 /* 304 when the client's copy is current; true when answered so. */
-static bool not_modified(struct evhttp_request *http, const char *etag)
+static bool not_modified(struct http_req *http, const char *etag)
 {
-    const char *inm =
-        evhttp_find_header(evhttp_request_get_input_headers(http), "If-None-Match");
+    const char *inm = http_req_header(http, "If-None-Match");
     if (!webui_etag_matches(inm, etag))
         return false;
     add_common_headers(http, NULL, etag);
-    evhttp_send_reply(http, 304, "Not Modified", NULL);
+    http_reply(http, 304, "Not Modified", NULL, 0);
     return true;
 }
 
-static void send_body(struct evhttp_request *http, const char *type, const char *etag,
+static void send_body(struct http_req *http, const char *type, const char *etag,
                       const void *data, size_t len, bool gz)
 {
-    struct evbuffer *body = evbuffer_new();
-
-    /* the bytes are static: referenced, not copied */
-    if (!body || (len && evbuffer_add_reference(body, data, len, NULL, NULL) < 0)) {
-        if (body)
-            evbuffer_free(body);
-        evhttp_send_error(http, 500, NULL);
-        return;
-    }
     add_common_headers(http, type, etag);
     if (gz)
-        evhttp_add_header(evhttp_request_get_output_headers(http), "Content-Encoding", "gzip");
-    evhttp_send_reply(http, 200, "OK", body);
-    evbuffer_free(body);
+        http_set_header(http, "Content-Encoding", "gzip");
+    /* the bytes are static: referenced, not copied */
+    http_reply_static(http, 200, "OK", data, len);
 }
 
 static const struct webui_asset *find_asset(const char *url)
@@ -213,10 +200,9 @@ static const struct webui_asset *find_asset(const char *url)
     return NULL;
 }
 
-static void send_asset(struct evhttp_request *http, const struct webui_asset *a)
+static void send_asset(struct http_req *http, const struct webui_asset *a)
 {
-    const char *ae =
-        evhttp_find_header(evhttp_request_get_input_headers(http), "Accept-Encoding");
+    const char *ae = http_req_header(http, "Accept-Encoding");
     bool gz = a->gz && webui_accepts_gzip(ae);
     char etag[32];
 
@@ -228,21 +214,18 @@ static void send_asset(struct evhttp_request *http, const struct webui_asset *a)
               gz ? a->gz_len : a->len, gz);
 }
 
-/* Append len bytes of fd to body. Returns 0 or -errno (-EIO when the file shrank). */
-static int read_into(struct evbuffer *body, int fd, size_t len)
+/* Read len bytes of fd into body. Returns 0 or -errno (-EIO when the file shrank). */
+static int read_into(char *body, int fd, size_t len)
 {
-    char buf[16384];
-
     while (len > 0) {
-        ssize_t n = read(fd, buf, len < sizeof(buf) ? len : sizeof(buf));
+        ssize_t n = read(fd, body, len);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
             return -errno;
         if (n == 0)
             return -EIO;
-        if (evbuffer_add(body, buf, (size_t)n) < 0)
-            return -ENOMEM;
+        body += n;
         len -= (size_t)n;
     }
     return 0;
@@ -250,11 +233,11 @@ static int read_into(struct evbuffer *body, int fd, size_t len)
 
 /* --webui-dir: dir/rel when it is a regular file. Returns 1 when answered, 0 when there is
  * no such file (the embedded one is tried next), -errno on a read error (answered 500). */
-static int send_dir_file(struct evhttp_request *http, const char *dir, const char *rel)
+static int send_dir_file(struct http_req *http, const char *dir, const char *rel)
 {
     char path[4096], etag[80];
     struct stat st;
-    struct evbuffer *body;
+    char *body;
     int fd;
 
     if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, rel) >= sizeof(path))
@@ -273,44 +256,35 @@ static int send_dir_file(struct evhttp_request *http, const char *dir, const cha
         (void)close(fd);
         return 1;
     }
-    if (!(body = evbuffer_new()) || read_into(body, fd, (size_t)st.st_size) < 0) {
+    if (!(body = malloc(st.st_size ? (size_t)st.st_size : 1)) ||
+        read_into(body, fd, (size_t)st.st_size) < 0) {
         (void)close(fd);
-        if (body)
-            evbuffer_free(body);
+        free(body);
         log_warn("webui: %s: cannot read", path);
-        evhttp_send_error(http, 500, NULL);
+        http_reply_error(http, 500);
         return -EIO;
     }
     (void)close(fd);
     add_common_headers(http, webui_content_type(rel), etag);
-    evhttp_send_reply(http, 200, "OK", body);
-    evbuffer_free(body);
+    http_reply(http, 200, "OK", body, (size_t)st.st_size);
+    free(body);
     return 1;
 }
 
-static void send_config(struct evhttp_request *http, bool key_required)
+static void send_config(struct http_req *http, bool key_required)
 {
     char json[96];
     int n = snprintf(json, sizeof(json), "{\"api_key_required\":%s,\"markdown\":%s}\n",
                      key_required ? "true" : "false", webui_has_libs ? "true" : "false");
-    struct evbuffer *body = evbuffer_new();
-
-    if (!body || evbuffer_add(body, json, (size_t)n) < 0) {
-        if (body)
-            evbuffer_free(body);
-        evhttp_send_error(http, 500, NULL);
-        return;
-    }
     add_common_headers(http, "application/json", NULL);
-    evhttp_add_header(evhttp_request_get_output_headers(http), "Cache-Control", "no-store");
-    evhttp_send_reply(http, 200, "OK", body);
-    evbuffer_free(body);
+    http_set_header(http, "Cache-Control", "no-store");
+    http_reply(http, 200, "OK", json, (size_t)n);
 }
 
-bool webui_handle(const struct kiln_config *cfg, struct evhttp_request *http, const char *path,
+bool webui_handle(const struct kiln_config *cfg, struct http_req *http, const char *path,
                   bool key_required)
 {
-    enum evhttp_cmd_type method = evhttp_request_get_command(http);
+    enum http_method method = http_req_method(http);
     const char *url, *rel;
     const struct webui_asset *a;
 
@@ -326,11 +300,10 @@ bool webui_handle(const struct kiln_config *cfg, struct evhttp_request *http, co
     rel = url + (url == path ? strlen(WEBUI_PREFIX) : 1);
     if (!webui_safe_name(rel))
         return false; /* the API's 404 */
-    if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD) {
-        struct evkeyvalq *h = evhttp_request_get_output_headers(http);
-        evhttp_add_header(h, "Allow", "GET, HEAD");
-        evhttp_add_header(h, "Content-Type", "text/plain; charset=utf-8");
-        evhttp_send_reply(http, 405, "Method Not Allowed", NULL);
+    if (method != HTTP_GET && method != HTTP_HEAD) {
+        http_set_header(http, "Allow", "GET, HEAD");
+        http_set_header(http, "Content-Type", "text/plain; charset=utf-8");
+        http_reply(http, 405, "Method Not Allowed", NULL, 0);
         return true;
     }
     if (strcmp(url, WEBUI_PREFIX "config.json") == 0) {

@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-struct evhttp_request;
+struct http_req;
 struct kiln_config;
 
 /* Check cfg's web UI flags (--webui-dir must name a readable folder) and log what is served.
@@ -19,7 +19,7 @@ int webui_init(const struct kiln_config *cfg, char *err, size_t errlen);
  * UI is on. key_required tells the page whether to ask for an API key before calling the
  * API (served as /webui/config.json). Returns true when http was answered (a 200, 304, 405,
  * or 500), false when the path is not the page's: the caller routes it. */
-bool webui_handle(const struct kiln_config *cfg, struct evhttp_request *http, const char *path,
+bool webui_handle(const struct kiln_config *cfg, struct http_req *http, const char *path,
                   bool key_required);
 
 /* The media type for a file name, by extension ("application/octet-stream" when unknown).
