@@ -1,4 +1,5 @@
-/* One worker's shared memory: a memfd holding a header and two rings, created and mapped by
+/* One worker's shared memory: a memfd holding a header, the worker's parameters and two
+ * rings, created and mapped by
  * the front before fork, attached by the worker from the inherited fd. The attaching side
  * checks the layout against the file's real size before it trusts a single offset. */
 #include "shm_region.h"
@@ -19,18 +20,34 @@ static int region_is_pow2(uint64_t n)
     return n != 0 && (n & (n - 1)) == 0;
 }
 
-/* Offsets of the two rings and the total size, for these ring sizes. */
-static void region_layout(uint64_t tw_size, uint64_t tf_size, uint64_t *tw_off,
-                          uint64_t *tf_off, uint64_t *total)
+/* The largest parameters area (a model path and two mock replies fit many times over). */
+#define REGION_MAX_PARAMS (UINT64_C(16) << 20)
+
+/* Offsets of the parameters, the two rings and the total size, for these sizes. */
+static void region_layout(uint64_t p_size, uint64_t tw_size, uint64_t tf_size,
+                          uint64_t *p_off, uint64_t *tw_off, uint64_t *tf_off, uint64_t *total)
 {
-    *tw_off = region_align64(sizeof(struct shm_region_hdr));
+    *p_off = region_align64(sizeof(struct shm_region_hdr));
+    *tw_off = region_align64(*p_off + p_size);
     *tf_off = region_align64(*tw_off + shm_ring_footprint(tw_size));
     *total = region_align64(*tf_off + shm_ring_footprint(tf_size));
 }
 
 int shm_region_create(struct shm_region *reg, uint64_t to_worker_size, uint64_t to_front_size)
 {
-    uint64_t tw_off, tf_off, total;
+    return shm_region_create_params(reg, to_worker_size, to_front_size, 0);
+}
+
+void *shm_region_params(const struct shm_region *reg, size_t *size)
+{
+    *size = reg->hdr ? (size_t)reg->params_size : 0;
+    return *size ? (unsigned char *)reg->hdr + reg->params_off : NULL;
+}
+
+int shm_region_create_params(struct shm_region *reg, uint64_t to_worker_size,
+                             uint64_t to_front_size, uint64_t params_size)
+{
+    uint64_t p_off, tw_off, tf_off, total;
     struct shm_region_hdr *hdr;
     void *base;
     int fd, err;
@@ -40,9 +57,9 @@ int shm_region_create(struct shm_region *reg, uint64_t to_worker_size, uint64_t 
     /* Ring sizes are checked here too so that a bad size fails before any syscall. */
     if (!region_is_pow2(to_worker_size) || !region_is_pow2(to_front_size) ||
         to_worker_size < 64 || to_front_size < 64 || to_worker_size > (UINT64_C(1) << 32) ||
-        to_front_size > (UINT64_C(1) << 32))
+        to_front_size > (UINT64_C(1) << 32) || params_size > REGION_MAX_PARAMS)
         return -EINVAL;
-    region_layout(to_worker_size, to_front_size, &tw_off, &tf_off, &total);
+    region_layout(params_size, to_worker_size, to_front_size, &p_off, &tw_off, &tf_off, &total);
 
     if ((fd = memfd_create("kiln-shm", MFD_CLOEXEC)) < 0)
         return -errno;
@@ -64,6 +81,8 @@ int shm_region_create(struct shm_region *reg, uint64_t to_worker_size, uint64_t 
     hdr->to_worker_size = to_worker_size;
     hdr->to_front_off = tf_off;
     hdr->to_front_size = to_front_size;
+    hdr->params_off = p_off;
+    hdr->params_size = params_size;
     atomic_init(&hdr->state, WORKER_STATE_STARTING);
     atomic_init(&hdr->heartbeat, 0);
     atomic_init(&hdr->running, 0);
@@ -86,6 +105,8 @@ int shm_region_create(struct shm_region *reg, uint64_t to_worker_size, uint64_t 
     reg->fd = fd;
     reg->size = (size_t)total;
     reg->hdr = hdr;
+    reg->params_off = p_off;
+    reg->params_size = params_size;
     return 0;
 fail:
     (void)close(fd); /* already failing */
@@ -107,10 +128,16 @@ static int region_ring_fits(uint64_t off, uint64_t ring_size, uint64_t file_size
     return shm_ring_footprint(ring_size) <= file_size - off;
 }
 
+/* Whether [a, a + an) and [b, b + bn), both inside the file, overlap. */
+static int region_overlap(uint64_t a, uint64_t an, uint64_t b, uint64_t bn)
+{
+    return an && bn && (a < b ? an > b - a : bn > a - b);
+}
+
 int shm_region_attach(struct shm_region *reg, int fd)
 {
     struct shm_region_hdr *hdr;
-    uint64_t file_size, tw_off, tw_size, tf_off, tf_size;
+    uint64_t file_size, tw_off, tw_size, tf_off, tf_size, p_off, p_size;
     struct stat st;
     void *base = MAP_FAILED;
     int err;
@@ -139,6 +166,8 @@ int shm_region_attach(struct shm_region *reg, int fd)
     tw_size = hdr->to_worker_size;
     tf_off = hdr->to_front_off;
     tf_size = hdr->to_front_size;
+    p_off = hdr->params_off;
+    p_size = hdr->params_size;
     err = -EPROTO;
     if (hdr->magic != SHM_REGION_MAGIC || hdr->version != SHM_REGION_VERSION ||
         hdr->size != file_size)
@@ -147,8 +176,14 @@ int shm_region_attach(struct shm_region *reg, int fd)
         !region_ring_fits(tf_off, tf_size, file_size))
         goto fail;
     /* The rings must not overlap each other. */
-    if (tw_off < tf_off ? shm_ring_footprint(tw_size) > tf_off - tw_off
-                        : shm_ring_footprint(tf_size) > tw_off - tf_off)
+    if (region_overlap(tw_off, shm_ring_footprint(tw_size), tf_off, shm_ring_footprint(tf_size)))
+        goto fail;
+    /* The parameters lie after the header, inside the file, beside the rings. */
+    if (p_size > REGION_MAX_PARAMS ||
+        (p_size && ((p_off & 63) != 0 || p_off < region_align64(sizeof(struct shm_region_hdr)) ||
+                    p_off > file_size || p_size > file_size - p_off ||
+                    region_overlap(p_off, p_size, tw_off, shm_ring_footprint(tw_size)) ||
+                    region_overlap(p_off, p_size, tf_off, shm_ring_footprint(tf_size)))))
         goto fail;
     if (shm_ring_check(&reg->to_worker,
                        (struct shm_ring *)(void *)((unsigned char *)base + tw_off), tw_size) < 0 ||
@@ -158,6 +193,8 @@ int shm_region_attach(struct shm_region *reg, int fd)
     reg->fd = fd;
     reg->size = (size_t)file_size;
     reg->hdr = hdr;
+    reg->params_off = p_size ? p_off : 0;
+    reg->params_size = p_size;
     return 0;
 fail:
     if (base != MAP_FAILED)

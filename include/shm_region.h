@@ -1,11 +1,14 @@
 /* One worker's shared memory: a memfd the front creates (and maps) before it spawns the
- * worker, holding a header (state, heartbeat, counters, timing histograms) and two rings,
+ * worker, holding a header (state, heartbeat, counters, timing histograms), the worker's
+ * parameters (shm_params.h, written before fork, read once by the worker) and two rings,
  * front->worker (JOB, CANCEL) and worker->front (STARTED, TOKEN, DONE, FAILED). A new
  * region is made for every worker process, so a restarted worker never sees its
  * predecessor's records.
  *
  *   +----------------+ 0
  *   | shm_region_hdr |
+ *   +----------------+ hdr.params_off      (64-aligned)
+ *   | parameters     |  hdr.params_size bytes (0: none)
  *   +----------------+ hdr.to_worker_off   (64-aligned)
  *   | shm_ring       |  front -> worker
  *   +----------------+ hdr.to_front_off    (64-aligned)
@@ -23,7 +26,7 @@
 #include "shm_ring.h"
 
 #define SHM_REGION_MAGIC   0x6b6c6e72u /* "klnr" */
-#define SHM_REGION_VERSION 2u
+#define SHM_REGION_VERSION 3u
 
 enum worker_state {
     WORKER_STATE_STARTING = 0, /* loading the model */
@@ -31,7 +34,8 @@ enum worker_state {
     WORKER_STATE_STOPPING = 2, /* told to exit, finishing */
 };
 
-/* magic, version, size, *_off: written by the front before the worker exists, never again.
+/* magic, version, size, *_off, *_size: written by the front before the worker exists, never
+ *   again.
  * state, heartbeat, running, waiting, hists, n_*: written only by the worker (relaxed or
  *   release; the front reads them for /health, /metrics and the watchdog, and tolerates a
  *   value one update old).
@@ -41,6 +45,7 @@ struct shm_region_hdr {
     uint64_t size;
     uint64_t to_worker_off, to_worker_size;
     uint64_t to_front_off, to_front_size;
+    uint64_t params_off, params_size;
     _Atomic uint32_t state;     /* enum worker_state */
     _Atomic uint64_t heartbeat; /* progress counter */
     _Atomic uint32_t running;   /* sequences running */
@@ -63,14 +68,24 @@ struct shm_region {
     struct shm_region_hdr *hdr;
     struct shm_ring_view to_worker; /* .shared NULL when not mapped */
     struct shm_ring_view to_front;
+    uint64_t params_off, params_size; /* the parameters area, as created or checked */
 };
 
 /* Create a memfd (close-on-exec) of a header and two rings of the given data sizes (powers
  * of two), map it and initialise it. Returns 0 or -errno; on error nothing is left open. */
 int shm_region_create(struct shm_region *reg, uint64_t to_worker_size, uint64_t to_front_size);
 
-/* Map a region from an inherited fd and check its header and rings (magic, version, sizes
- * within the file). Returns 0 or -errno (-EPROTO for a bad layout). Takes ownership of fd. */
+/* shm_region_create with a parameters area of params_size bytes (at most 16 MiB), zeroed,
+ * for the front to fill (shm_region_params) before fork. */
+int shm_region_create_params(struct shm_region *reg, uint64_t to_worker_size,
+                             uint64_t to_front_size, uint64_t params_size);
+
+/* The parameters area of a mapped region and its size in *size (0 and NULL: none). */
+void *shm_region_params(const struct shm_region *reg, size_t *size);
+
+/* Map a region from an inherited fd and check its header, parameters area and rings (magic,
+ * version, sizes within the file, no overlap). Returns 0 or -errno (-EPROTO for a bad
+ * layout). Takes ownership of fd. */
 int shm_region_attach(struct shm_region *reg, int fd);
 
 /* Unmap and close. Safe on a zeroed or already-destroyed region. */

@@ -25,6 +25,7 @@
 #include "front_model.h"
 #include "log.h"
 #include "notify.h"
+#include "shm_params.h"
 #include "shm_region.h"
 #include "workers.h"
 
@@ -370,15 +371,42 @@ static int spawn(struct proc *p)
     struct worker *w = p->w;
     const struct kiln_config *c = s->cfg;
     struct shm_region reg = {.fd = -1};
-    char a_id[16], a_ppid[24], a_shm[8], a_wake[8], a_note[8], a_seq[16], a_pre[16], a_ctx[16];
-    char a_thr[16], a_delay[16], a_load[16], a_kv[16], a_hb[16];
-    char *argv[40];
-    int n = 0, err, pipefd[2] = {-1, -1}, wake_fd = -1, notify_fd = -1, shm_fd;
+    /* the worker's parameters go once, in its region; its command line only finds that */
+    struct shm_params prm = {
+        .id = w->id,
+        .parent_pid = (uint32_t)getpid(), /* it exits if we are gone before its PDEATHSIG */
+        .wake_fd = CHILD_WAKE_FD,
+        .notify_fd = CHILD_NOTIFY_FD,
+        .max_sequences = c->max_sequences,
+        .max_prefill_tokens = c->max_prefill_tokens,
+        .ctx = w->model->max_context,
+        .kv_cache_tokens = c->kv_cache_tokens,
+        .threads = p->threads,
+        .mock_delay_ms = c->mock_delay_ms,
+        .mock_load_ms = c->mock_load_ms,
+        /* an idle worker beats this often, so the watchdog can tell a stopped one too */
+        .heartbeat_ms = c->watchdog_ms ? supervisor_heartbeat_ms(c) : 0,
+        .mock_faults = c->mock_faults,
+        .model = w->model->path,
+        .mock_reply = c->mock_reply,
+        .mock_tool_reply = c->mock_tool_reply,
+    };
+    size_t prm_size = shm_params_size(&prm), area_size;
+    char a_shm[8];
+    char *argv[4];
+    int err, pipefd[2] = {-1, -1}, wake_fd = -1, notify_fd = -1, shm_fd;
     pid_t pid;
 
     p->watchdog_killed = false;
     p->err_tail_len = p->err_line_len = 0;
-    if ((err = shm_region_create(&reg, TO_WORKER_RING, TO_FRONT_RING)) < 0) {
+    if (!prm_size) {
+        err = -EINVAL;
+        log_error("worker %u: a parameter string is longer than %u bytes", w->id,
+                  SHM_PARAMS_MAX_STR);
+        goto fail;
+    }
+    if ((err = shm_region_create_params(&reg, TO_WORKER_RING, TO_FRONT_RING, prm_size)) < 0 ||
+        (err = shm_params_encode(&prm, shm_region_params(&reg, &area_size), prm_size)) < 0) {
         log_error("worker %u: shared region: %s", w->id, strerror(-err));
         goto fail;
     }
@@ -401,70 +429,11 @@ static int spawn(struct proc *p)
         goto fail;
     }
 
-    snprintf(a_id, sizeof(a_id), "%u", w->id);
-    snprintf(a_ppid, sizeof(a_ppid), "%ld", (long)getpid());
+    argv[0] = s->exe;
+    argv[1] = "--shm-fd";
+    argv[2] = a_shm;
+    argv[3] = NULL;
     snprintf(a_shm, sizeof(a_shm), "%d", CHILD_SHM_FD);
-    snprintf(a_wake, sizeof(a_wake), "%d", CHILD_WAKE_FD);
-    snprintf(a_note, sizeof(a_note), "%d", CHILD_NOTIFY_FD);
-    snprintf(a_seq, sizeof(a_seq), "%u", c->max_sequences);
-    snprintf(a_pre, sizeof(a_pre), "%u", c->max_prefill_tokens);
-    snprintf(a_ctx, sizeof(a_ctx), "%u", w->model->max_context);
-    snprintf(a_thr, sizeof(a_thr), "%u", p->threads);
-    snprintf(a_kv, sizeof(a_kv), "%u", c->kv_cache_tokens);
-    snprintf(a_delay, sizeof(a_delay), "%u", c->mock_delay_ms);
-    snprintf(a_load, sizeof(a_load), "%u", c->mock_load_ms);
-    argv[n++] = s->exe;
-    argv[n++] = "--id";
-    argv[n++] = a_id;
-    argv[n++] = "--parent-pid"; /* it exits if we are gone before its PDEATHSIG is set */
-    argv[n++] = a_ppid;
-    argv[n++] = "--shm-fd";
-    argv[n++] = a_shm;
-    argv[n++] = "--wake-fd";
-    argv[n++] = a_wake;
-    argv[n++] = "--notify-fd";
-    argv[n++] = a_note;
-    argv[n++] = "--model";
-    argv[n++] = w->model->path;
-    argv[n++] = "--max-sequences";
-    argv[n++] = a_seq;
-    argv[n++] = "--max-prefill-tokens";
-    argv[n++] = a_pre;
-    argv[n++] = "--ctx";
-    argv[n++] = a_ctx;
-    if (c->kv_cache_tokens) {
-        argv[n++] = "--kv-cache-tokens";
-        argv[n++] = a_kv;
-    }
-    if (p->threads) {
-        argv[n++] = "--threads";
-        argv[n++] = a_thr;
-    }
-    if (c->mock_reply) {
-        argv[n++] = "--mock-reply";
-        argv[n++] = (char *)c->mock_reply;
-    }
-    if (c->mock_tool_reply) {
-        argv[n++] = "--mock-tool-reply";
-        argv[n++] = (char *)c->mock_tool_reply;
-    }
-    if (c->mock_delay_ms) {
-        argv[n++] = "--mock-delay-ms";
-        argv[n++] = a_delay;
-    }
-    if (c->mock_load_ms) {
-        argv[n++] = "--mock-load-ms";
-        argv[n++] = a_load;
-    }
-    if (c->mock_faults)
-        argv[n++] = "--mock-faults";
-    if (c->watchdog_ms) {
-        /* an idle worker beats this often, so the watchdog can tell a stopped one too */
-        snprintf(a_hb, sizeof(a_hb), "%u", supervisor_heartbeat_ms(c));
-        argv[n++] = "--heartbeat-ms";
-        argv[n++] = a_hb;
-    }
-    argv[n] = NULL;
 
     /* the table owns the region and eventfds from here; the child inherits their numbers */
     shm_fd = reg.fd;

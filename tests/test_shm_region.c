@@ -194,6 +194,53 @@ static void test_shm_region_attach_rejects_offsets_beyond_file(void **state)
     shm_region_destroy(&other);
 }
 
+/* The worker's parameters area: carried to the attaching side, and refused when it reaches
+ * past the file or over a ring. */
+static void test_shm_region_params_area_attaches_and_is_checked(void **state)
+{
+    (void)state;
+    struct shm_region reg, other;
+    size_t n, m;
+    unsigned char *area;
+    uint64_t p_off, p_size;
+
+    assert_int_equal(shm_region_create_params(&reg, TW_SIZE, TF_SIZE, 1000), 0);
+    area = shm_region_params(&reg, &n);
+    assert_non_null(area);
+    assert_int_equal(n, 1000);
+    memset(area, 0xab, n);
+    assert_int_equal(attach_dup(&reg, &other), 0);
+    area = shm_region_params(&other, &m);
+    assert_int_equal(m, 1000);
+    assert_int_equal(area[0], 0xab);
+    assert_int_equal(area[999], 0xab);
+    shm_region_destroy(&other);
+
+    p_off = reg.hdr->params_off;
+    p_size = reg.hdr->params_size;
+    reg.hdr->params_size = reg.hdr->to_worker_off - p_off + 64; /* over the first ring */
+    assert_int_equal(attach_dup(&reg, &other), -EPROTO);
+    reg.hdr->params_size = reg.size; /* past the end */
+    assert_int_equal(attach_dup(&reg, &other), -EPROTO);
+    reg.hdr->params_size = p_size;
+    reg.hdr->params_off = 0; /* over the header */
+    assert_int_equal(attach_dup(&reg, &other), -EPROTO);
+    reg.hdr->params_off = p_off + 8; /* not 64-aligned */
+    assert_int_equal(attach_dup(&reg, &other), -EPROTO);
+    reg.hdr->params_off = UINT64_MAX - 63;
+    assert_int_equal(attach_dup(&reg, &other), -EPROTO);
+    reg.hdr->params_off = p_off;
+    assert_int_equal(attach_dup(&reg, &other), 0);
+    shm_region_destroy(&other);
+    shm_region_destroy(&reg);
+
+    /* a region without parameters has none */
+    assert_int_equal(shm_region_create(&reg, TW_SIZE, TF_SIZE), 0);
+    assert_null(shm_region_params(&reg, &n));
+    assert_int_equal(n, 0);
+    shm_region_destroy(&reg);
+}
+
 #define REGION_TEST(f) cmocka_unit_test_setup_teardown(f, setup_region, teardown_region)
 
 int main(void)
@@ -206,6 +253,7 @@ int main(void)
         cmocka_unit_test(test_shm_region_attach_rejects_too_small_file),
         REGION_TEST(test_shm_region_attach_rejects_truncated_file),
         REGION_TEST(test_shm_region_attach_rejects_offsets_beyond_file),
+        cmocka_unit_test(test_shm_region_params_area_attaches_and_is_checked),
     };
     return cmocka_run_group_tests_name("shm_region", tests, NULL, NULL);
 }

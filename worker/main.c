@@ -1,8 +1,8 @@
 /* kiln-worker: one worker process. It inherits its shared-memory region and two eventfds
- * from the front, loads the model, and runs the scheduler loop until SIGTERM or its front
- * dies. Startup failures exit 2 with a message on stderr; the front reports it. */
+ * from the front, reads its parameters from the region (shm_params.h), loads the model, and
+ * runs the scheduler loop until SIGTERM or its front dies. Startup failures exit 2 with a
+ * message on stderr; the front reports it. */
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,6 +15,7 @@
 
 #include "gguf.h"
 #include "log.h"
+#include "shm_params.h"
 #include "shm_region.h"
 #include "tokenizer.h"
 #include "loop.h"
@@ -39,115 +40,40 @@ static void on_stop_signal(int sig)
     errno = saved;
 }
 
-struct worker_args {
-    long id, shm_fd, wake_fd, notify_fd, parent_pid;
-    const char *model;
-    long max_sequences, max_prefill_tokens, ctx, kv_cache_tokens, threads, mock_delay_ms, mock_load_ms;
-    long heartbeat_ms; /* the longest idle sleep between heartbeats; 0: the loop's default */
-    const char *mock_reply, *mock_tool_reply;
-    int mock_faults;
-};
-
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: kiln-worker --id N --shm-fd FD --wake-fd FD --notify-fd FD\n"
-            "                   --model mock|FILE.gguf [--parent-pid PID]\n"
-            "                   [--max-sequences N] [--max-prefill-tokens N] [--ctx N]\n"
-            "                   [--kv-cache-tokens N (default: max-sequences x ctx)]\n"
-            "                   [--threads N (default: every core)] [--mock-reply TEXT]\n"
-            "                   [--mock-tool-reply TEXT]\n"
-            "                   [--mock-delay-ms N] [--mock-load-ms N]\n"
-            "                   [--mock-faults] [--heartbeat-ms N]\n");
+    fprintf(out, "usage: kiln-worker --shm-fd FD\n"
+                 "  FD: the shared region kiln made for this worker, holding its parameters\n"
+                 "  (kiln starts its workers itself; this is not a command for people)\n");
 }
 
-/* A whole non-negative number within [min, max], or -1 */
-static long parse_num(const char *s, long min, long max)
+/* The region's fd from argv: "--shm-fd N". Returns it, or -1 with the usage printed. */
+static int parse_args(int argc, char **argv)
 {
     char *end;
-    long v;
+    long fd;
 
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > max)
-        return -1;
-    return v;
-}
-
-static int parse_args(int argc, char **argv, struct worker_args *a)
-{
-    static const struct option opts[] = {
-        {"id", required_argument, NULL, 'i'},
-        {"shm-fd", required_argument, NULL, 's'},
-        {"wake-fd", required_argument, NULL, 'w'},
-        {"notify-fd", required_argument, NULL, 'n'},
-        {"parent-pid", required_argument, NULL, 'p'},
-        {"model", required_argument, NULL, 'm'},
-        {"max-sequences", required_argument, NULL, 'S'},
-        {"max-prefill-tokens", required_argument, NULL, 'P'},
-        {"ctx", required_argument, NULL, 'c'},
-        {"kv-cache-tokens", required_argument, NULL, 'K'},
-        {"threads", required_argument, NULL, 't'},
-        {"mock-reply", required_argument, NULL, 'r'},
-        {"mock-tool-reply", required_argument, NULL, 'T'},
-        {"mock-delay-ms", required_argument, NULL, 'd'},
-        {"mock-load-ms", required_argument, NULL, 'L'},
-        {"mock-faults", no_argument, NULL, 'f'},
-        {"heartbeat-ms", required_argument, NULL, 'H'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int c;
-
-    *a = (struct worker_args){.id = 0, .shm_fd = -1, .wake_fd = -1, .notify_fd = -1,
-                              .parent_pid = 0, .max_sequences = 1, .max_prefill_tokens = 512,
-                              .ctx = 4096, .threads = 0};
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        long *num = NULL, min = 0, max = INT_MAX;
-
-        switch (c) {
-        case 'i': num = &a->id; break;
-        case 's': num = &a->shm_fd; break;
-        case 'w': num = &a->wake_fd; break;
-        case 'n': num = &a->notify_fd; break;
-        case 'p': num = &a->parent_pid; min = 1; break;
-        case 'S': num = &a->max_sequences; min = 1; max = 4096; break;
-        case 'P': num = &a->max_prefill_tokens; min = 1; break;
-        case 'c': num = &a->ctx; min = 2; max = WIRE_MAX_PROMPT; break;
-        case 'K': num = &a->kv_cache_tokens; max = INT_MAX; break;
-        case 't': num = &a->threads; max = 1024; break;
-        case 'd': num = &a->mock_delay_ms; max = 3600000; break;
-        case 'L': num = &a->mock_load_ms; max = 3600000; break;
-        case 'H': num = &a->heartbeat_ms; min = 1; max = 60000; break;
-        case 'm': a->model = optarg; break;
-        case 'r': a->mock_reply = optarg; break;
-        case 'T': a->mock_tool_reply = optarg; break;
-        case 'f': a->mock_faults = 1; break;
-        case 'h': usage(stdout); exit(0);
-        default: usage(stderr); return -EINVAL;
-        }
-        if (num && (*num = parse_num(optarg, min, max)) < 0) {
-            const char *name = "?";
-
-            for (const struct option *o = opts; o->name; o++)
-                if (o->val == c)
-                    name = o->name;
-            fprintf(stderr, "kiln-worker: bad value for --%s: %s (%ld..%ld)\n", name, optarg,
-                    min, max);
-            return -EINVAL;
-        }
+    if (argc == 2 && strcmp(argv[1], "--help") == 0) {
+        usage(stdout);
+        exit(0);
     }
-    if (optind < argc || a->shm_fd < 0 || a->wake_fd < 0 || a->notify_fd < 0 || !a->model) {
+    if (argc != 3 || strcmp(argv[1], "--shm-fd") != 0) {
         usage(stderr);
-        return -EINVAL;
+        return -1;
     }
-    return 0;
+    errno = 0;
+    fd = strtol(argv[2], &end, 10);
+    if (errno || end == argv[2] || *end || fd < 0 || fd > INT_MAX) {
+        fprintf(stderr, "kiln-worker: bad value for --shm-fd: %s\n", argv[2]);
+        return -1;
+    }
+    return (int)fd;
 }
 
 /* The vocabulary grammar masks need: the byte tokenizer for the mock, else the GGUF's. NULL
  * (logged) when it cannot be read: grammar jobs then fail, the rest is served. *g keeps the
  * file open while the tokenizer lives. */
-static struct tokenizer *load_vocab(const struct worker_args *a, struct gguf **g)
+static struct tokenizer *load_vocab(const struct shm_params *a, struct gguf **g)
 {
     char err[256] = "";
     struct tokenizer *t;
@@ -167,7 +93,7 @@ static struct tokenizer *load_vocab(const struct worker_args *a, struct gguf **g
     return t;
 }
 
-static struct model *load_model(const struct worker_args *a)
+static struct model *load_model(const struct shm_params *a)
 {
     char err[256] = "";
     struct model *m;
@@ -176,16 +102,17 @@ static struct model *load_model(const struct worker_args *a)
         struct model_mock_opts o = {
             .reply = a->mock_reply,
             .tool_reply = a->mock_tool_reply,
-            .delay_ms = (uint32_t)a->mock_delay_ms,
-            .max_context = (uint32_t)a->ctx,
-            .max_sequences = (uint32_t)a->max_sequences,
-            .faults = a->mock_faults != 0,
+            .delay_ms = a->mock_delay_ms,
+            .max_context = a->ctx,
+            .max_sequences = a->max_sequences,
+            .faults = a->mock_faults,
             .stop = &worker_stop,
         };
 
         /* A simulated load time, so tests see a worker that is not ready yet. */
         if (a->mock_load_ms > 0) {
-            struct timespec ts = {a->mock_load_ms / 1000, (a->mock_load_ms % 1000) * 1000000L};
+            struct timespec ts = {a->mock_load_ms / 1000,
+                                  (long)(a->mock_load_ms % 1000) * 1000000L};
 
             while (nanosleep(&ts, &ts) < 0 && errno == EINTR && !worker_stop)
                 ;
@@ -196,9 +123,9 @@ static struct model *load_model(const struct worker_args *a)
         return m;
     }
     struct model_llama_opts lo = {
-        .max_sequences = (uint32_t)a->max_sequences,
-        .ctx = (uint32_t)a->ctx,
-        .kv_tokens = (uint32_t)a->kv_cache_tokens,
+        .max_sequences = a->max_sequences,
+        .ctx = a->ctx,
+        .kv_tokens = a->kv_cache_tokens,
         /* 0 (run alone): every core; the front passes its share */
         .threads = a->threads ? (int)a->threads : (int)model_info_default_threads(1),
     };
@@ -211,7 +138,7 @@ static struct model *load_model(const struct worker_args *a)
 
 int main(int argc, char **argv)
 {
-    struct worker_args a;
+    struct shm_params a;
     struct shm_region reg = {.fd = -1};
     struct model *m;
     struct loop *l;
@@ -219,21 +146,36 @@ int main(int argc, char **argv)
     struct tokenizer *tok;
     struct gguf *g;
     struct sigaction sa;
-    char role[32];
-    int rc;
+    char role[32], err[256], *store = NULL;
+    size_t area_size;
+    int rc, shm_fd;
 
-    if (parse_args(argc, argv, &a) < 0)
+    if ((shm_fd = parse_args(argc, argv)) < 0)
         return 2;
     /* the front's death kills us; checked once after, in case it died before the prctl */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) {
         fprintf(stderr, "kiln-worker: prctl(PR_SET_PDEATHSIG): %s\n", strerror(errno));
         return 2;
     }
-    if (a.parent_pid && getppid() != (pid_t)a.parent_pid) {
-        fprintf(stderr, "kiln-worker: the front (pid %ld) is gone\n", a.parent_pid);
-        return 1;
+    if ((rc = shm_region_attach(&reg, shm_fd)) < 0) {
+        fprintf(stderr, "kiln-worker: attaching the shared region (fd %d): %s\n", shm_fd,
+                strerror(-rc));
+        return 2;
     }
-    snprintf(role, sizeof(role), "worker %ld", a.id);
+    /* the parameters are copied out and checked once; nothing of them is trusted before */
+    const void *area = shm_region_params(&reg, &area_size);
+    if ((rc = shm_params_decode(area, area_size, &a, &store, err, sizeof(err))) < 0) {
+        fprintf(stderr, "kiln-worker: the shared region's parameters: %s\n",
+                rc == -EPROTO ? err : strerror(-rc));
+        shm_region_destroy(&reg);
+        return 2;
+    }
+    if (a.parent_pid && getppid() != (pid_t)a.parent_pid) {
+        fprintf(stderr, "kiln-worker: the front (pid %u) is gone\n", a.parent_pid);
+        rc = 1;
+        goto out_params;
+    }
+    snprintf(role, sizeof(role), "worker %u", a.id);
     log_init(role, log_level_parse(getenv("KILN_LOG_LEVEL"), LOG_LEVEL_INFO));
 
     memset(&sa, 0, sizeof(sa));
@@ -244,28 +186,22 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if ((rc = shm_region_attach(&reg, (int)a.shm_fd)) < 0) {
-        fprintf(stderr, "kiln-worker: attaching the shared region (fd %ld): %s\n", a.shm_fd,
-                strerror(-rc));
-        return 2;
-    }
-    if (!(m = load_model(&a))) {
-        shm_region_destroy(&reg);
-        return 2;
-    }
+    rc = 2;
+    if (!(m = load_model(&a)))
+        goto out_params;
     tok = load_vocab(&a, &g);
     lo = (struct loop_opts){.idle_timeout_ms = (int)a.heartbeat_ms,
-                            .max_prefill_tokens = (uint32_t)a.max_prefill_tokens, .tok = tok};
+                            .max_prefill_tokens = a.max_prefill_tokens, .tok = tok};
     l = loop_create(m, &reg, (int)a.wake_fd, (int)a.notify_fd, &lo, &rc);
     tokenizer_destroy(tok); /* the loop copied what it needs */
     gguf_close(g);
     if (!l) {
         fprintf(stderr, "kiln-worker: setting up the loop: %s\n", strerror(-rc));
         model_destroy(m);
-        shm_region_destroy(&reg);
-        return 2;
+        rc = 2;
+        goto out_params;
     }
-    log_info("serving %s: %u sequences, context %u, prefill budget %ld", m->name,
+    log_info("serving %s: %u sequences, context %u, prefill budget %u", m->name,
              m->max_sequences, m->max_context, a.max_prefill_tokens);
     atomic_store_explicit(&reg.hdr->state, WORKER_STATE_READY, memory_order_release);
     /* Tell the front at once, so it dispatches the jobs waiting for a ready worker and its
@@ -276,6 +212,9 @@ int main(int argc, char **argv)
     atomic_store_explicit(&reg.hdr->state, WORKER_STATE_STOPPING, memory_order_release);
     loop_destroy(l);
     model_destroy(m);
+    rc = rc < 0 ? 1 : 0;
+out_params:
+    free(store);
     shm_region_destroy(&reg);
-    return rc < 0 ? 1 : 0;
+    return rc;
 }
