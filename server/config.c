@@ -74,7 +74,7 @@ static const struct opt opts[] = {
      "where the access log (a line per request, in the log format) goes: stderr, off, or a "
      "file (appended; opened again on SIGHUP, for logrotate)"},
     {"watchdog-ms", OPT_U32, F(watchdog_ms), 0, 86400000, "10000",
-     "kill a worker that has work but makes no progress for this long (0: never)"},
+     "kill a worker, busy or idle, that makes no progress for this long (0: never)"},
     {"drain-ms", OPT_U32, F(drain_ms), 0, 86400000, "30000",
      "on SIGTERM/SIGINT, how long running requests may finish before they are cancelled"},
     {"restart-backoff-ms", OPT_U32, F(restart_backoff_ms), 1, 10000, "100",
@@ -349,6 +349,22 @@ int config_parse(struct kiln_config *c, int argc, char **argv, char *err, size_t
     return 0;
 }
 
+bool config_flag_doc(size_t i, struct config_flag_doc *d)
+{
+    const struct opt *o;
+    if (i >= N_OPTS)
+        return false;
+    o = &opts[i];
+    d->name = o->name;
+    d->arg = o->kind == OPT_BOOL    ? ""
+             : o->kind == OPT_LEVEL ? "LEVEL"
+             : o->kind == OPT_U32 || o->kind == OPT_U64 ? "N"
+                                                        : "TEXT";
+    d->defval = o->defval;
+    d->help = o->help;
+    return true;
+}
+
 void config_usage(FILE *f, const char *prog)
 {
     fprintf(f,
@@ -356,16 +372,13 @@ void config_usage(FILE *f, const char *prog)
             "       %s pull hf:OWNER/REPO[:QUANT] [--models-dir DIR]   (download only)\n\n"
             "flags (default in brackets):\n",
             prog, prog);
-    for (size_t i = 0; i < N_OPTS; i++) {
+    struct config_flag_doc d;
+    for (size_t i = 0; config_flag_doc(i, &d); i++) {
         char left[64];
-        const struct opt *o = &opts[i];
-        snprintf(left, sizeof(left), "--%s%s", o->name, o->kind == OPT_BOOL ? "" : " N");
-        if (o->kind == OPT_STR || o->kind == OPT_LEVEL || o->kind == OPT_STRS)
-            snprintf(left, sizeof(left), "--%s %s", o->name,
-                     o->kind == OPT_LEVEL ? "LEVEL" : "TEXT");
-        if (o->defval[0])
-            fprintf(f, "  %-26s %s [%s]\n", left, o->help, o->defval);
+        snprintf(left, sizeof(left), "--%s%s%s", d.name, d.arg[0] ? " " : "", d.arg);
+        if (d.defval[0])
+            fprintf(f, "  %-26s %s [%s]\n", left, d.help, d.defval);
         else
-            fprintf(f, "  %-26s %s\n", left, o->help);
+            fprintf(f, "  %-26s %s\n", left, d.help);
     }
 }

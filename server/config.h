@@ -39,7 +39,7 @@ struct kiln_config {
     uint32_t mock_delay_ms;
     uint32_t mock_load_ms;
     bool mock_faults;
-    uint32_t watchdog_ms;       /* a busy worker without progress this long is killed; 0: off */
+    uint32_t watchdog_ms;       /* a worker without progress this long is killed; 0: off */
     uint32_t drain_ms;          /* on SIGTERM, running requests get this long to finish */
     uint32_t restart_backoff_ms; /* first respawn delay; doubles per death in a row */
     const char *chat_template;  /* a family name; NULL: the model's own template */
@@ -98,6 +98,17 @@ void config_free(struct kiln_config *c);
 
 /* Print the usage: every flag with its default. */
 void config_usage(FILE *f, const char *prog);
+
+/* One row of the flag table, as --help and README's flag table show it. */
+struct config_flag_doc {
+    const char *name;   /* without the leading "--" */
+    const char *arg;    /* "N", "TEXT", "LEVEL", or "" for a flag without a value */
+    const char *defval; /* the default ("(...)": a note, not a value; "" for --help) */
+    const char *help;
+};
+
+/* The i-th row of the flag table into d. Returns false past the last. */
+bool config_flag_doc(size_t i, struct config_flag_doc *d);
 
 /* fds kept for the workers (each: a region memfd, eventfds, a stderr pipe) and their
  * restarts, and for the front's own files, below the fd limit. */
