@@ -110,6 +110,17 @@ static float *run(const struct kern_ops *k, const struct problem *p, int n_seq, 
     return y;
 }
 
+static float *run_gemm(const struct kern_ops *k, const struct problem *p, int n_seq, int x_off,
+                       int rb, int re)
+{
+    float *y = calloc((size_t)n_seq * (size_t)p->rows, sizeof(float));
+    struct kern_act X = p->X;
+    assert_non_null(y);
+    X.data = (const char *)p->x + (size_t)x_off * X.stride;
+    k->gemm(&p->W, &X, n_seq, y, p->rows, rb, re);
+    return y;
+}
+
 static void cols_for(enum ggml_type t, int *cols, int *n)
 {
     int be = quant_block_elems(t);
@@ -169,13 +180,13 @@ static void check_set_vs_scalar(enum kern_set set)
                 problem_init(&p, wtypes[ti], rows, cols[ci], 13, 99u + (unsigned)(ti * 31 + ri));
                 for (size_t si = 0; si < 5; si++) {
                     int ns = seqs[si];
-                    float *y = run(k, &p, ns, 0, 0, rows), *yr = run(ref, &p, ns, 0, 0, rows);
+                    float *y = run_gemm(k, &p, ns, 0, 0, rows), *yr = run(ref, &p, ns, 0, 0, rows);
                     for (int s = 0; s < ns; s++)
                         for (int r = 0; r < rows; r++) {
                             float a = y[s * rows + r], b = yr[s * rows + r];
                             double tol = 1e-4 * abs_dot(&p, r, s) + 1e-6;
                             if (!(fabs(a - b) <= tol))
-                                fail_msg("%s %s cols %d rows %d n_seq %d r %d s %d: %g vs %g",
+                                fail_msg("%s gemm %s cols %d rows %d n_seq %d r %d s %d: %g vs %g",
                                          k->name, quant_type_name(p.t), p.cols, rows, ns, r, s,
                                          a, b);
                         }
@@ -247,6 +258,82 @@ static void test_kernels_avx512_batching_changes_nothing(void **state)
 {
     (void)state;
     check_batch_independent(KERN_SET_AVX512);
+}
+
+/* gemm (the prompt rows' product, tiled): against the scalar set within the tolerance, for
+ * row counts that leave partial 16- and 32-row groups, K beyond one cache chunk (1024) and
+ * sequence counts from one to beyond one chunk with a partial tile; and a sequence's result
+ * is the same bits alone, in a call of 32 or of 70 sequences, or with the rows split across
+ * two calls. */
+static void check_gemm(enum kern_set set)
+{
+    const struct kern_ops *k = kern_ops_get(set), *ref = kern_ops_get(KERN_SET_SCALAR);
+    static const int seqs[] = {3, 70};
+    static const int rowss[] = {5, 37};
+    if (!k)
+        skip();
+    for (size_t ti = 3; ti < N_WTYPES; ti++) {
+        int be = quant_block_elems(wtypes[ti]);
+        int cols[2] = {be == 32 ? 96 : 256, be == 32 ? 1024 + 64 : 1024 + 256};
+        for (int ci = 0; ci < 2; ci++)
+            for (size_t ri = 0; ri < 2; ri++) {
+                int rows = rowss[ri];
+                struct problem p;
+                problem_init(&p, wtypes[ti], rows, cols[ci], 70, 7u + (unsigned)(ti * 5 + ri));
+                float *y70 = NULL;
+                for (size_t si = 0; si < 2; si++) {
+                    int ns = seqs[si];
+                    float *y = run_gemm(k, &p, ns, 0, 0, rows), *yr = run(ref, &p, ns, 0, 0, rows);
+                    for (int s = 0; s < ns; s++)
+                        for (int r = 0; r < rows; r++) {
+                            float a = y[s * rows + r], b = yr[s * rows + r];
+                            double tol = 1e-4 * abs_dot(&p, r, s) + 1e-6;
+                            if (!(fabs(a - b) <= tol))
+                                fail_msg("%s gemm %s cols %d rows %d n_seq %d r %d s %d: %g vs %g",
+                                         k->name, quant_type_name(p.t), p.cols, rows, ns, r, s,
+                                         a, b);
+                        }
+                    if (ns == 70)
+                        y70 = y;
+                    else
+                        free(y);
+                    free(yr);
+                }
+                int cut = rows > 16 ? 16 : 2;
+                float *y32 = run_gemm(k, &p, 32, 38, 0, rows), *split = run_gemm(k, &p, 70, 0, 0, cut);
+                struct kern_act X = p.X;
+                k->gemm(&p.W, &X, 70, split, rows, cut, rows);
+                assert_memory_equal(y32, y70 + 38 * rows, sizeof(float) * 32 * (size_t)rows);
+                for (int s = 0; s < 70; s += 23) {
+                    float *y1 = run_gemm(k, &p, 1, s, 0, rows);
+                    assert_memory_equal(y1, y70 + s * rows, sizeof(float) * (size_t)rows);
+                    free(y1);
+                }
+                assert_memory_equal(split, y70, sizeof(float) * 70 * (size_t)rows);
+                free(y32);
+                free(split);
+                free(y70);
+                problem_free(&p);
+            }
+    }
+}
+
+static void test_kernels_scalar_gemm_matches_scalar_and_batching_changes_nothing(void **state)
+{
+    (void)state;
+    check_gemm(KERN_SET_SCALAR);
+}
+
+static void test_kernels_avx2_gemm_matches_scalar_and_batching_changes_nothing(void **state)
+{
+    (void)state;
+    check_gemm(KERN_SET_AVX2);
+}
+
+static void test_kernels_avx512_gemm_matches_scalar_and_batching_changes_nothing(void **state)
+{
+    (void)state;
+    check_gemm(KERN_SET_AVX512);
 }
 
 static void near(float a, float b, double tol, const char *what, int n)
@@ -501,6 +588,9 @@ int main(void)
         cmocka_unit_test(test_kernels_scalar_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx2_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx512_batching_changes_nothing),
+        cmocka_unit_test(test_kernels_scalar_gemm_matches_scalar_and_batching_changes_nothing),
+        cmocka_unit_test(test_kernels_avx2_gemm_matches_scalar_and_batching_changes_nothing),
+        cmocka_unit_test(test_kernels_avx512_gemm_matches_scalar_and_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx2_float_kernels_match_scalar),
         cmocka_unit_test(test_kernels_avx512_float_kernels_match_scalar),
         cmocka_unit_test(test_kernels_scalar_float_kernels_known_values),

@@ -458,6 +458,7 @@ static void scalar_add(float *restrict y, const float *restrict x, int n)
 static const struct kern_ops scalar_ops = {
     .name = "scalar",
     .matmul = scalar_matmul,
+    .gemm = scalar_matmul,
     .dot_f32 = scalar_dot_f32,
     .dot_f16 = scalar_dot_f16,
     .axpy_f32 = scalar_axpy_f32,

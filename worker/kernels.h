@@ -59,6 +59,13 @@ struct kern_ops {
      * other vectors are in X: batching changes nothing, bit for bit. */
     void (*matmul)(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
                    int y_stride, int row_begin, int row_end);
+    /* The same product for prompt rows (prefill), register- and cache-tiled where the set
+     * has a tiled kernel for W's type (worker/gemm_*.c), else matmul itself. Its results
+     * obey matmul's rule among gemm calls (the same bits whatever n_seq, row range or other
+     * vectors) but may differ from matmul's in float rounding, so a model runs every prompt
+     * row through gemm and every decode row through matmul. */
+    void (*gemm)(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
+                 int y_stride, int row_begin, int row_end);
 
     /* sum a[i] * b[i]. */
     float (*dot_f32)(const float *a, const float *b, int n);

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "kernels_simd.h"
 #include "quant.h"
 
@@ -435,9 +436,17 @@ void kern_avx2_add(float *restrict y, const float *restrict x, int n)
         y[i] += x[i];
 }
 
+static void avx2_gemm(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
+                      int y_stride, int row_begin, int row_end)
+{
+    if (kern_gemm_avx2(W, X, n_seq, Y, y_stride, row_begin, row_end) < 0)
+        kern_avx2_matmul(W, X, n_seq, Y, y_stride, row_begin, row_end);
+}
+
 static const struct kern_ops avx2_ops = {
     .name = "avx2",
     .matmul = kern_avx2_matmul,
+    .gemm = avx2_gemm,
     .dot_f32 = kern_avx2_dot_f32,
     .dot_f16 = kern_avx2_dot_f16,
     .axpy_f32 = kern_avx2_axpy_f32,

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "kernels_simd.h"
 #include "quant.h"
 
@@ -465,9 +466,17 @@ static int avx512_quantize_act(enum ggml_type wtype, const float *restrict x, in
     return kern_quantize_act(wtype, x, n, out);
 }
 
+static void avx512_gemm(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
+                        int y_stride, int row_begin, int row_end)
+{
+    if (kern_gemm_avx512(W, X, n_seq, Y, y_stride, row_begin, row_end) < 0)
+        avx512_matmul(W, X, n_seq, Y, y_stride, row_begin, row_end);
+}
+
 static const struct kern_ops avx512_ops = {
     .name = "avx512",
     .matmul = avx512_matmul,
+    .gemm = avx512_gemm,
     .dot_f32 = kern_avx2_dot_f32,
     .dot_f16 = kern_avx2_dot_f16,
     .axpy_f32 = kern_avx2_axpy_f32,

@@ -42,7 +42,7 @@ static void mm_task(void *ctx, int task, int thread)
     }
     int r0 = task * j->rows_per_task;
     int r1 = r0 + j->rows_per_task < j->W->rows ? r0 + j->rows_per_task : j->W->rows;
-    L->k->matmul(j->W, &j->X, j->n_seq, j->Y, j->y_stride, r0, r1);
+    (j->gemm ? L->k->gemm : L->k->matmul)(j->W, &j->X, j->n_seq, j->Y, j->y_stride, r0, r1);
 }
 
 /* Activation formats kiln quantizes into, one buffer each: bit 0 Q8_0 (act[0]), bit 1 Q8_K
@@ -86,6 +86,7 @@ static void mm_set(struct llama *L, int i, const struct kern_mat *W, const float
     int cols = W->cols;
 
     j->W = W;
+    j->gemm = L->prompt;
     j->n_seq = n;
     j->Y = Y;
     j->y_stride = y_stride ? y_stride : W->rows;
@@ -503,6 +504,7 @@ static int llama_prefill_batch(struct model *m, const int *slots, const uint32_t
         }
         if (rows == 0)
             continue;
+        L->prompt = 1;
         forward(L, rows);
         for (int g = 0; g < segs; g++) {
             int i = L->seg_seq[g];
@@ -570,6 +572,7 @@ static int llama_decode_batch(struct model *m, const int *slots, const uint32_t 
         rows++;
     }
     if (rows > 0) {
+        L->prompt = 0;
         forward(L, rows);
         if (rows == n) {
             logits_rows(L, 0, rows, logits);

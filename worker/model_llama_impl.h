@@ -92,6 +92,7 @@ struct mm_job {
     const struct kern_mat *W;
     struct kern_act X;
     int n_seq, y_stride, rows_per_task, n_tasks;
+    int gemm; /* prompt rows: kern_ops.gemm, else matmul */
     float *Y;
 };
 
@@ -141,6 +142,7 @@ struct llama {
     /* The pool run in progress. */
     struct mm_job jobs[MAX_MM_JOBS];
     int n_jobs, layer;
+    int prompt;               /* the forward pass in progress runs prompt rows (prefill) */
     int stage_add;            /* per-row stage: add xb into x first */
     const float *stage_post;  /* and before that, norm xb with these weights (or NULL) */
     const float *stage_norm;  /* its norm weights */

@@ -1,0 +1,16 @@
+/* The prefill GEMM (worker/gemm_*.c): kern_ops.gemm of the AVX2 and AVX-512 sets hands prompt
+ * rows to these register- and cache-tiled products. Each returns 0 when it computed Y as
+ * kern_ops.gemm is specified (kernels.h), -1 for a weight type it does not take (the set's
+ * matmul runs instead). A (row, sequence) result is the same bits for every n_seq, row range
+ * and set of other sequences. Private to worker/. */
+#ifndef GEMM_H
+#define GEMM_H
+
+#include "kernels.h"
+
+int kern_gemm_avx512(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
+                     int y_stride, int row_begin, int row_end);
+int kern_gemm_avx2(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
+                   int y_stride, int row_begin, int row_end);
+
+#endif

@@ -1,0 +1,247 @@
+/* The prefill GEMM's view of a weight type (worker/gemm_*.c): every supported type is, per
+ * sub-block g of G elements (16 or 32), integer codes c (bytes) with a float scale and a
+ * float bias, so that against activation sub-block (qx: signed bytes, dx: its scale)
+ *
+ *     dot_g = scale_g * dx * (sum c qx - off * sum qx) - bias_g * dx * sum qx
+ *
+ * off is a per-type integer (the codes' zero point: 8 for Q4_0's 0..15, 32 for Q6_K's
+ * 0..63, 0 when codes are signed or the type has a min), bias is the min of Q4_K/Q5_K
+ * (dmin * m) and 0 otherwise. Signed codes (Q8_0, IQ4_*) are -128..127; the VNNI kernel
+ * offsets them by 128 (off = 128), the AVX2 kernel moves their sign onto the activations.
+ * The integer part is exact, so each kernel differs from the scalar dot only in float
+ * rounding. AVX2 over one row (include only from files built with -mavx2), decoded once
+ * per row block and reused for every sequence of a tile. Private to worker/. */
+#ifndef GEMM_DECODE_H
+#define GEMM_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <immintrin.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "quant.h"
+
+/* Elements per K chunk of the GEMM (a multiple of 256) and the most sub-blocks in one. */
+#define GEMM_KC 1024
+#define GEMM_MAXG (GEMM_KC / 16)
+
+struct gemm_type {
+    int g;           /* sub-block elements, 0: not supported */
+    int sgn;         /* codes are signed bytes */
+    int off;         /* zero point of unsigned codes */
+    int min;         /* bias (a min) present */
+    int act_q8_k;    /* activations are Q8_K (else Q8_0) */
+};
+
+static inline struct gemm_type gemm_type_of(enum ggml_type t)
+{
+    switch (t) {
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_IQ4_NL:
+        return (struct gemm_type){32, 1, 0, 0, 0};
+    case GGML_TYPE_Q4_0:
+        return (struct gemm_type){32, 0, 8, 0, 0};
+    case GGML_TYPE_Q5_0:
+        return (struct gemm_type){32, 0, 16, 0, 0};
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
+        return (struct gemm_type){32, 0, 0, 1, 1};
+    case GGML_TYPE_Q6_K:
+        return (struct gemm_type){16, 0, 32, 0, 1};
+    case GGML_TYPE_IQ4_XS:
+        return (struct gemm_type){32, 1, 0, 0, 1};
+    default:
+        return (struct gemm_type){0, 0, 0, 0, 0};
+    }
+}
+
+/* Byte offset of activation sub-block g's signed bytes in an activation row. */
+static inline size_t gemm_act_off(const struct gemm_type *ty, int g)
+{
+    if (!ty->act_q8_k)
+        return (size_t)g * sizeof(struct quant_block_q8_0) + offsetof(struct quant_block_q8_0, qs);
+    int per = QUANT_QK_K / ty->g;
+    return (size_t)(g / per) * sizeof(struct quant_block_q8_k) +
+           offsetof(struct quant_block_q8_k, qs) + (size_t)(g % per) * (size_t)ty->g;
+}
+
+/* Activation sub-blocks [g0, g0 + ng) of row x: dx (its scale) and sx (sum of its bytes). */
+static inline void gemm_act_prep(const struct gemm_type *ty, const char *x, int g0, int ng,
+                                 float *dx, int32_t *sx)
+{
+    if (!ty->act_q8_k) {
+        const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)x + g0;
+        for (int g = 0; g < ng; g++) {
+            int s = 0;
+            for (int l = 0; l < QUANT_QK; l++)
+                s += b[g].qs[l];
+            dx[g] = quant_f16_to_f32(b[g].d);
+            sx[g] = s;
+        }
+        return;
+    }
+    int per = QUANT_QK_K / ty->g, bs = ty->g / 16;
+    for (int g = 0; g < ng; g++) {
+        const struct quant_block_q8_k *b = (const struct quant_block_q8_k *)x + (g0 + g) / per;
+        int j = (g0 + g) % per, s = 0;
+        for (int k = 0; k < bs; k++)
+            s += b->bsums[j * bs + k];
+        dx[g] = b->d;
+        sx[g] = s;
+    }
+}
+
+/* 0x10 in byte l where bit l of the little-endian uint32 at qh is set. */
+static inline __m256i gemm_bits5(const uint8_t qh[4])
+{
+    uint32_t h;
+    memcpy(&h, qh, sizeof h);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
+                                    _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
+                                                      0x0101010101010101LL, 0));
+    __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit),
+                            _mm256_set1_epi8(0x10));
+}
+
+/* Sub-blocks [g0, g0 + ng) of weight row w: codes (ng * G bytes, element order) and the
+ * scale and bias of each, written ss floats apart. For the 256-element types g0 and ng are
+ * whole blocks (the GEMM's K chunks are). */
+static inline void gemm_decode_row(enum ggml_type t, const void *w, int g0, int ng,
+                                   uint8_t *codes, float *scale, float *bias, size_t ss)
+{
+    const __m256i low4 = _mm256_set1_epi8(15);
+    switch (t) {
+    case GGML_TYPE_Q8_0: {
+        const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)w + g0;
+        for (int g = 0; g < ng; g++) {
+            _mm256_storeu_si256((__m256i *)(codes + 32 * g),
+                                _mm256_loadu_si256((const __m256i *)b[g].qs));
+            scale[g * ss] = _cvtsh_ss(b[g].d);
+            bias[g * ss] = 0.0f;
+        }
+        return;
+    }
+    case GGML_TYPE_Q4_0:
+    case GGML_TYPE_IQ4_NL: {
+        /* same layout: f16 d, then 16 bytes of nibbles */
+        const int nl = t == GGML_TYPE_IQ4_NL;
+        const __m256i tab = _mm256_broadcastsi128_si256(
+            _mm_loadu_si128((const __m128i *)quant_iq4_values));
+        const struct quant_block_q4_0 *b = (const struct quant_block_q4_0 *)w + g0;
+        for (int g = 0; g < ng; g++) {
+            __m128i raw = _mm_loadu_si128((const __m128i *)b[g].qs);
+            __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
+            if (nl)
+                q = _mm256_shuffle_epi8(tab, q);
+            _mm256_storeu_si256((__m256i *)(codes + 32 * g), q);
+            scale[g * ss] = _cvtsh_ss(b[g].d);
+            bias[g * ss] = 0.0f;
+        }
+        return;
+    }
+    case GGML_TYPE_Q5_0: {
+        const struct quant_block_q5_0 *b = (const struct quant_block_q5_0 *)w + g0;
+        for (int g = 0; g < ng; g++) {
+            __m128i raw = _mm_loadu_si128((const __m128i *)b[g].qs);
+            __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
+            _mm256_storeu_si256((__m256i *)(codes + 32 * g),
+                                _mm256_or_si256(q, gemm_bits5(b[g].qh)));
+            scale[g * ss] = _cvtsh_ss(b[g].d);
+            bias[g * ss] = 0.0f;
+        }
+        return;
+    }
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K: {
+        const int five = t == GGML_TYPE_Q5_K;
+        for (int i = 0; i < ng / 8; i++) {
+            const uint8_t *sc12, *qs, *qh = NULL;
+            uint16_t d16, dm16;
+            if (five) {
+                const struct quant_block_q5_k *b = (const struct quant_block_q5_k *)w + g0 / 8 + i;
+                sc12 = b->scales, qs = b->qs, qh = b->qh, d16 = b->d, dm16 = b->dmin;
+            } else {
+                const struct quant_block_q4_k *b = (const struct quant_block_q4_k *)w + g0 / 8 + i;
+                sc12 = b->scales, qs = b->qs, d16 = b->d, dm16 = b->dmin;
+            }
+            uint8_t *c = codes + 256 * i;
+            __m256i hb = five ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+            for (int k = 0; k < 4; k++) {
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * k));
+                __m256i lo = _mm256_and_si256(raw, low4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+                if (five) {
+                    const __m256i one = _mm256_set1_epi8(1);
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(
+                        _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), one), 4));
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(
+                        _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k + 1), one), 4));
+                }
+                _mm256_storeu_si256((__m256i *)(c + 64 * k), lo);
+                _mm256_storeu_si256((__m256i *)(c + 64 * k + 32), hi);
+            }
+            float d = _cvtsh_ss(d16), dmin = _cvtsh_ss(dm16);
+            for (int j = 0; j < 8; j++) {
+                uint8_t sc, m;
+                quant_q4_k_scale_min(sc12, j, &sc, &m);
+                scale[(8 * i + j) * ss] = d * (float)sc;
+                bias[(8 * i + j) * ss] = dmin * (float)m;
+            }
+        }
+        return;
+    }
+    case GGML_TYPE_Q6_K: {
+        const __m256i hi2 = _mm256_set1_epi8(0x30);
+        for (int i = 0; i < ng / 16; i++) {
+            const struct quant_block_q6_k *b = (const struct quant_block_q6_k *)w + g0 / 16 + i;
+            uint8_t *c = codes + 256 * i;
+            for (int h = 0; h < 2; h++) {
+                __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+                __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+                __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+                __m256i p0 = _mm256_or_si256(_mm256_and_si256(l0, low4),
+                                             _mm256_and_si256(_mm256_slli_epi16(qh, 4), hi2));
+                __m256i p1 = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                                             _mm256_and_si256(_mm256_slli_epi16(qh, 2), hi2));
+                __m256i p2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                                             _mm256_and_si256(qh, hi2));
+                __m256i p3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                             _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2));
+                _mm256_storeu_si256((__m256i *)(c + 128 * h), p0);
+                _mm256_storeu_si256((__m256i *)(c + 128 * h + 32), p1);
+                _mm256_storeu_si256((__m256i *)(c + 128 * h + 64), p2);
+                _mm256_storeu_si256((__m256i *)(c + 128 * h + 96), p3);
+            }
+            float d = _cvtsh_ss(b->d);
+            for (int k = 0; k < 16; k++) {
+                scale[(16 * i + k) * ss] = d * (float)b->scales[k];
+                bias[(16 * i + k) * ss] = 0.0f;
+            }
+        }
+        return;
+    }
+    case GGML_TYPE_IQ4_XS: {
+        const __m256i tab = _mm256_broadcastsi128_si256(
+            _mm_loadu_si128((const __m128i *)quant_iq4_values));
+        for (int i = 0; i < ng / 8; i++) {
+            const struct quant_block_iq4_xs *b = (const struct quant_block_iq4_xs *)w + g0 / 8 + i;
+            float d = _cvtsh_ss(b->d);
+            for (int j = 0; j < 8; j++) {
+                __m128i raw = _mm_loadu_si128((const __m128i *)(b->qs + 16 * j));
+                __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
+                _mm256_storeu_si256((__m256i *)(codes + 256 * i + 32 * j),
+                                    _mm256_shuffle_epi8(tab, q));
+                scale[(8 * i + j) * ss] = d * (float)(quant_iq4_xs_scale(b, j) - 32);
+                bias[(8 * i + j) * ss] = 0.0f;
+            }
+        }
+        return;
+    }
+    default:
+        return;
+    }
+}
+
+#endif
