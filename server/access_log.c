@@ -9,6 +9,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -108,7 +111,7 @@ size_t access_log_format(const struct access_entry *e, uint64_t now_us, bool jso
 {
     char stamp[40];
     size_t off = 0;
-    bool has_ttft = e->t_first_us >= e->t_start_us && e->t_first_us != 0;
+    bool has_ttft = e->t_start_us && e->t_first_us >= e->t_start_us;
     uint64_t dur = now_us >= e->t_start_us ? now_us - e->t_start_us : 0;
 
     cap -= 1; /* room for the '\n' */
@@ -129,7 +132,7 @@ size_t access_log_format(const struct access_entry *e, uint64_t now_us, bool jso
             e->tokens_in, e->tokens_out);
     }
     add_ms(out, cap, &off, json, "ttft_ms", has_ttft, has_ttft ? e->t_first_us - e->t_start_us : 0);
-    add_ms(out, cap, &off, json, "duration_ms", true, dur);
+    add_ms(out, cap, &off, json, "duration_ms", e->t_start_us != 0, dur);
     if (json) {
         if (e->worker >= 0)
             add(out, cap, &off, ",\"worker\":%d", e->worker);
@@ -152,6 +155,25 @@ size_t access_log_format(const struct access_entry *e, uint64_t now_us, bool jso
     out[off++] = '\n';
     out[off] = '\0';
     return off;
+}
+
+void access_log_refused(int fd, int status)
+{
+    struct access_entry e = {.status = status, .worker = -1};
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    snprintf(e.method, sizeof(e.method), "-");
+    snprintf(e.route, sizeof(e.route), "-");
+    snprintf(e.client, sizeof(e.client), "-");
+    if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0) {
+        if (ss.ss_family == AF_INET)
+            inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, e.client,
+                      sizeof(e.client));
+        else if (ss.ss_family == AF_INET6)
+            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, e.client,
+                      sizeof(e.client));
+    }
+    access_log_write(&e, 0);
 }
 
 void access_log_write(struct access_entry *e, uint64_t now_us)

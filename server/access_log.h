@@ -30,7 +30,7 @@ struct access_entry {
     enum access_end end;
     uint32_t tokens_in, tokens_out;
     int worker;                   /* the worker that ran it (the first choice's), -1: none */
-    uint64_t t_start_us;          /* hist_now_us() when it came */
+    uint64_t t_start_us;          /* hist_now_us() when it came; 0: unknown */
     uint64_t t_first_us;          /* the first text, 0: none */
     bool written;                 /* its line is out: never twice */
 };
@@ -51,5 +51,9 @@ size_t access_log_format(const struct access_entry *e, uint64_t now_us, bool jso
 
 /* Write e's line once (e->written set), in the log's format, with one write(). */
 void access_log_write(struct access_entry *e, uint64_t now_us);
+
+/* The line of a request the connection guard answered itself with status (400, 408, 413,
+ * 431) before the API saw it: the peer of fd as the client, nothing else known. */
+void access_log_refused(int fd, int status);
 
 #endif

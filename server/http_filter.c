@@ -20,6 +20,7 @@
 #include <event2/http.h>
 #include <event2/listener.h>
 
+#include "access_log.h"
 #include "api.h"
 #include "config.h"
 #include "hist.h"
@@ -120,6 +121,8 @@ static int write_refusal(struct http_filter *f)
                                  "%s\n",
                                  status, reason, strlen(json) + 1, json);
     free(json);
+    if (rc >= 0) /* the API never saw it: its access line is written here */
+        access_log_refused(bufferevent_getfd(f->under), status);
     return rc < 0 ? -ENOMEM : 0;
 }
 

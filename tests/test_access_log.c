@@ -1,7 +1,8 @@
 /* The access log (access_log.c): its line's text and JSON shapes, and, against the real
  * binaries, one line per request with the right fields however it ends: a completion, a
- * stream, a 400, a stream its client left, a request whose worker crashed, a 404; in JSON to
- * a file of its own; none with --access-log off. */
+ * stream, a 400, a stream its client left, a request whose worker crashed, a 404, a 408 and
+ * a 431 the connection guard answered; in JSON to a file of its own; none with --access-log
+ * off. */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -58,6 +59,10 @@ static void test_access_log_text_line_has_every_field(void **state)
     assert_non_null(strstr(out, " ttft_ms=- "));
     assert_non_null(strstr(out, " worker=- "));
     assert_non_null(strstr(out, " end=client_gone\n"));
+    /* a start not known (a request the connection guard refused): no duration either */
+    e.t_start_us = 0;
+    access_log_format(&e, 3500000, false, out, sizeof(out));
+    assert_non_null(strstr(out, " ttft_ms=- duration_ms=- "));
 }
 
 static void test_access_log_json_line_parses_with_every_field(void **state)
@@ -280,6 +285,45 @@ static void test_access_log_worker_crash_line(void **state)
     expect_in(l, " end=error");
 }
 
+static void test_access_log_socket_refusals_408_and_431(void **state)
+{
+    (void)state;
+    struct want_line w;
+    struct http_response r;
+    const char *args[] = {"--model", "mock", "--header-timeout-ms", "300", NULL};
+    struct kiln_proc *p = front_start(args);
+    assert_non_null(p);
+    /* headers that never end: 408 once --header-timeout-ms passed */
+    int fd = http_raw_connect(kiln_port(p));
+    assert_true(fd >= 0);
+    const char *part = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n";
+    assert_int_equal(http_raw_send(fd, part, strlen(part)), 0);
+    assert_int_equal(http_raw_read_response(fd, &r, 10000), 408);
+    http_response_free(&r);
+    close(fd);
+    w.p = p;
+    w.file = NULL;
+    snprintf(w.needle, sizeof(w.needle), " access: - - 408 ");
+    if (!wait_until(line_found, &w, 10000))
+        fail_msg("no 408 access line in:\n%s", kiln_output(p));
+    expect_in(w.line, " tokens_in=0 tokens_out=0 ttft_ms=- duration_ms=- worker=- "
+                      "client=127.0.0.1 request_id=- end=done");
+    /* headers over --max-header-bytes: 431 */
+    static char big[20000];
+    int n = snprintf(big, sizeof(big), "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ");
+    memset(big + n, 'a', sizeof(big) - (size_t)n - 5);
+    memcpy(big + sizeof(big) - 5, "\r\n\r\n", 5);
+    assert_true((fd = http_raw_connect(kiln_port(p))) >= 0);
+    assert_int_equal(http_raw_send(fd, big, sizeof(big) - 1), 0);
+    assert_int_equal(http_raw_read_response(fd, &r, 10000), 431);
+    http_response_free(&r);
+    close(fd);
+    snprintf(w.needle, sizeof(w.needle), " access: - - 431 ");
+    if (!wait_until(line_found, &w, 10000))
+        fail_msg("no 431 access line in:\n%s", kiln_output(p));
+    assert_int_equal(front_stop(p), 0);
+}
+
 static void test_access_log_json_to_a_file_and_off(void **state)
 {
     (void)state;
@@ -337,6 +381,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_access_log_bad_request_line, setup, teardown),
         cmocka_unit_test_setup_teardown(test_access_log_cancelled_stream_line, setup, teardown),
         cmocka_unit_test_setup_teardown(test_access_log_worker_crash_line, setup, teardown),
+        cmocka_unit_test(test_access_log_socket_refusals_408_and_431),
         cmocka_unit_test(test_access_log_json_to_a_file_and_off),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
