@@ -710,11 +710,11 @@ void api_request_over(struct request *lead)
     a->tokens_in = lead->n_prompt;
     a->tokens_out = 0;
     for (uint32_t i = 0; i < lead->n_choices; i++) {
-        const struct request *c = lead->choices[i];
+        const struct job *j = &lead->jobs[i];
         if (lead->outs[i].finish)
             a->tokens_out += lead->outs[i].completion_tokens;
-        else if (c && c->relay)
-            a->tokens_out += relay_tokens(c->relay); /* what it had when it ended */
+        else if (j->relay)
+            a->tokens_out += relay_tokens(j->relay); /* what it had when it ended */
     }
     a->t_first_us = lead->t_first_us;
     /* a->status is request_fail()'s when it failed; a begun stream was sent as 200 */

@@ -82,7 +82,7 @@ static struct request *first_unfinished(struct front *f)
 {
     struct request *r;
     TAILQ_FOREACH(r, &f->requests, link_all)
-        if (!r->finished)
+        if (!request_over(r))
             return r;
     return NULL;
 }
@@ -95,7 +95,7 @@ static void begin_stop(struct shutdown *sd)
     struct request *r;
     sd->phase = FRONT_STOPPING;
     event_del(sd->ev_tick);
-    /* failing one may free others (its group): look again from the start each time */
+    /* a failed request is over (and freed later, from the loop): look for the next */
     while ((r = first_unfinished(f))) {
         log_warn("request %llu: not finished when the drain ended; cancelled",
                  (unsigned long long)r->req_id);

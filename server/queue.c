@@ -1,10 +1,9 @@
-/* The waiting queue: FIFO of requests, bounded, dispatched to the least-loaded READY worker
+/* The waiting queue: FIFO of jobs, bounded, dispatched to the least-loaded READY worker
  * with a free slot. A job that a worker's full ring turns away goes to another worker, or
  * stays at the head until the next capacity event (a final record or a worker coming up). */
 #include "queue.h"
 
 #include <errno.h>
-#include <stdio.h>
 #include <string.h>
 
 #include <event2/event.h>
@@ -36,28 +35,27 @@ void queue_free(struct queue *q)
     q->ev_no_worker = NULL;
 }
 
-void queue_remove(struct queue *q, struct request *r)
+void queue_remove(struct queue *q, struct job *j)
 {
-    if (!r->queued)
+    if (j->state != JOB_QUEUED)
         return;
-    TAILQ_REMOVE(&q->waiting, r, link_queue);
-    r->queued = false;
+    TAILQ_REMOVE(&q->waiting, j, link_queue);
+    j->state = JOB_NEW;
     q->n--;
 }
 
-/* Drop queued requests whose client already left. Failing one ends its whole group (the
- * choices of n), which takes its siblings out of the queue and may free them, so the scan
- * starts over after each: a saved next pointer could be freed. */
+/* Drop queued requests whose client already left. Failing one ends its request, which takes
+ * its other jobs out of the queue, so the scan starts over after each. */
 static void queue_prune(struct queue *q)
 {
-    struct request *r;
+    struct job *j;
 again:
-    TAILQ_FOREACH(r, &q->waiting, link_queue) {
-        if (!request_client_alive(r)) {
+    TAILQ_FOREACH(j, &q->waiting, link_queue) {
+        if (!request_client_alive(j->req)) {
             log_debug("request %llu: client left while queued; dropped",
-                      (unsigned long long)r->req_id);
-            queue_remove(q, r);
-            request_fail(r, 499, "invalid_request_error", "client closed the connection",
+                      (unsigned long long)j->req->req_id);
+            queue_remove(q, j);
+            request_fail(j->req, 499, "invalid_request_error", "client closed the connection",
                          NULL, NULL);
             goto again;
         }
@@ -67,10 +65,10 @@ again:
 /* Nothing queued can be served (soon enough). */
 static void queue_fail_all(struct queue *q, const char *why)
 {
-    struct request *r;
-    while ((r = TAILQ_FIRST(&q->waiting))) {
-        queue_remove(q, r);
-        request_fail(r, 503, "server_error", why, NULL, "no_worker");
+    struct job *j;
+    while ((j = TAILQ_FIRST(&q->waiting))) {
+        queue_remove(q, j);
+        request_fail(j->req, 503, "server_error", why, NULL, "no_worker");
     }
 }
 
@@ -99,30 +97,30 @@ static void queue_watch(struct queue *q)
     }
 }
 
-int queue_admit(struct queue *q, struct request *r)
+int queue_admit(struct queue *q, struct job *j)
 {
     if (!workers_any_alive(q->f->workers) || supervisor_draining(q->f->sup))
         return -ENODEV;
     if (q->n >= q->max) {
         queue_prune(q);
-        if (r->finished)
-            return -ECANCELED; /* the prune ended r's own group: its client left */
+        if (request_over(j->req))
+            return -ECANCELED; /* the prune ended j's own request: its client left */
     }
     if (q->n >= q->max && !(q->n == 0 && workers_pick(q->f->workers))) {
         q->n_refused++;
         return -EBUSY;
     }
-    TAILQ_INSERT_TAIL(&q->waiting, r, link_queue);
-    r->queued = true;
+    TAILQ_INSERT_TAIL(&q->waiting, j, link_queue);
+    j->state = JOB_QUEUED;
     q->n++;
     queue_dispatch(q);
     return 0;
 }
 
-void queue_push_head(struct queue *q, struct request *r)
+void queue_push_head(struct queue *q, struct job *j)
 {
-    TAILQ_INSERT_HEAD(&q->waiting, r, link_queue);
-    r->queued = true;
+    TAILQ_INSERT_HEAD(&q->waiting, j, link_queue);
+    j->state = JOB_QUEUED;
     q->n++;
 }
 
@@ -155,7 +153,7 @@ static uint32_t worker_models(struct workers *ws, const struct front_model **see
  * request no worker can take, as a plain FIFO would. */
 void queue_dispatch(struct queue *q)
 {
-    struct request *r, *next;
+    struct job *j, *next;
     struct proto_msg m;
     struct worker *w = NULL;
     uint64_t skip = 0; /* workers whose ring turned a job away in this pass (bit = id) */
@@ -166,58 +164,44 @@ void queue_dispatch(struct queue *q)
     enum prefix_route_reason why = PREFIX_ROUTE_LEAST_LOADED;
 
 again:
-    for (r = TAILQ_FIRST(&q->waiting); r && !(n_models && n_full >= n_models); r = next) {
-        next = TAILQ_NEXT(r, link_queue);
+    for (j = TAILQ_FIRST(&q->waiting); j && !(n_models && n_full >= n_models); j = next) {
+        struct request *r = j->req;
+        next = TAILQ_NEXT(j, link_queue);
         if (model_in(full, n_full, r->model))
             continue;
         if (!(w = workers_pick_for(q->f->workers, skip, r->model, r->prompt, r->n_prompt,
                                    &why))) {
             if (!supervisor_model_hope(q->f->sup, r->model)) {
-                queue_remove(q, r);
+                queue_remove(q, j);
                 request_fail(r, 503, "server_error",
                              "the model this request was read for was replaced by a reload; "
                              "retry it", NULL, "model_reloaded");
-                goto again; /* failing it may have ended others of its group */
+                goto again; /* failing it took its other jobs out too */
             }
             if (n_full == sizeof(full) / sizeof(full[0]))
                 break;
             full[n_full++] = r->model;
             continue;
         }
-        memset(&m, 0, sizeof(m));
-        m.type = MSG_TYPE_JOB;
-        m.req_id = r->req_id;
-        m.u.job.n_prompt = r->n_prompt;
-        m.u.job.prompt = r->prompt;
-        m.u.job.prompt_cap = r->n_prompt;
-        m.u.job.max_new_tokens = r->max_new_tokens;
-        m.u.job.sampling = r->sampling;
-        m.u.job.grammar = r->grammar;
-        m.u.job.grammar_len = r->grammar ? r->grammar_len : 0;
-        /* the worker's log lines about the job name the client's request */
-        struct request *lead = r->lead ? r->lead : r;
-        snprintf(m.u.job.request_id, sizeof(m.u.job.request_id), "%s", lead->access.rid);
-        int rc = worker_submit(w, &m, r);
+        request_job_message(j, &m);
+        int rc = worker_submit(w, &m, j);
         if (rc == -EAGAIN) {
             /* its ring is full: the others may take the job; this one again at the next
              * capacity event */
             if (w->id < 64)
                 skip |= (uint64_t)1 << w->id;
-            next = r;
+            next = j;
             continue;
         }
-        queue_remove(q, r);
+        queue_remove(q, j);
         if (rc < 0) {
-            log_error("request %llu: could not send the job: %s", (unsigned long long)r->req_id,
+            log_error("request %llu: could not send the job: %s", (unsigned long long)j->req_id,
                       strerror(-rc));
             request_fail(r, 500, "server_error", "could not hand the job to a worker", NULL,
                          NULL);
             goto again;
         }
-        r->worker = w;
-        r->started = false;
-        if (r == lead)
-            lead->access.worker = (int)w->id;
+        request_job_dispatched(j, w);
         q->f->metrics.routed[why]++;
     }
     if (q->n > 0 && !supervisor_any_hope(q->f->sup))

@@ -1,6 +1,7 @@
-/* The waiting queue and dispatch: requests wait here, in order, until a worker has a free
- * slot; the head goes to the least-loaded worker. Bounded by --max-waiting: when it looks
- * full, requests whose client left are dropped first, then new ones are refused (503).
+/* The waiting queue and dispatch: jobs (the choices of requests) wait here, in order, until a
+ * worker has a free slot; the head goes to the least-loaded worker. Bounded by --max-waiting:
+ * when it looks full, requests whose client left are dropped first, then new ones are
+ * refused (503).
  * Bounded in time too while no worker can take jobs (all in backoff or failed): queued
  * requests then get 503 after QUEUE_NO_WORKER_MS, at once when no worker will ever run. */
 #ifndef QUEUE_H
@@ -12,6 +13,7 @@
 
 struct front;
 struct request;
+struct job;
 struct event;
 
 /* How long queued requests wait while no worker process can take them (every one in its
@@ -19,10 +21,11 @@ struct event;
 #define QUEUE_NO_WORKER_MS 15000
 
 TAILQ_HEAD(request_list, request);
+TAILQ_HEAD(job_list, job);
 
 struct queue {
     struct front *f;
-    struct request_list waiting;
+    struct job_list waiting;
     uint32_t n;
     uint32_t max;
     uint64_t n_refused;
@@ -34,22 +37,22 @@ int queue_init(struct queue *q, struct front *f, uint32_t max_waiting);
 /* Free the queue's timer; the requests are the caller's. */
 void queue_free(struct queue *q);
 
-/* Append r and dispatch. Returns 0, -EBUSY when the queue is full, or -ENODEV when no worker
- * process can take jobs now (all in backoff or failed, or kiln is draining; r is not queued
- * then), or -ECANCELED when making room dropped r's own group (its client left: r is
- * finished, not queued). Making room may end and free other requests, so the caller holds r
- * (r->hold) across the call. Queued requests are failed with 503 once every worker has
- * failed for good. */
-int queue_admit(struct queue *q, struct request *r);
+/* Append j (JOB_NEW -> JOB_QUEUED) and dispatch. Returns 0, -EBUSY when the queue is full,
+ * or -ENODEV when no worker process can take jobs now (all in backoff or failed, or kiln is
+ * draining; j is not queued then), or -ECANCELED when making room ended j's own request
+ * (its client left). Making room may end other requests (they are freed only from the
+ * loop). Queued jobs' requests are failed with 503 once every worker has failed for good. */
+int queue_admit(struct queue *q, struct job *j);
 
-/* Put r back at the head (its worker died before starting it). Does not dispatch: the
- * worker layer's capacity event after the death does, once every lost job is back. */
-void queue_push_head(struct queue *q, struct request *r);
+/* Put j back at the head (its worker died before starting it): JOB_QUEUED. Does not
+ * dispatch: the worker layer's capacity event after the death does, once every lost job is
+ * back. */
+void queue_push_head(struct queue *q, struct job *j);
 
-/* Take r out of the queue (its client left). */
-void queue_remove(struct queue *q, struct request *r);
+/* Take j out of the queue (JOB_QUEUED -> JOB_NEW); nothing when it is not queued. */
+void queue_remove(struct queue *q, struct job *j);
 
-/* Hand queued requests to workers with free slots, in order, while there are both. */
+/* Hand queued jobs to workers with free slots, in order, while there are both. */
 void queue_dispatch(struct queue *q);
 
 #endif

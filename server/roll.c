@@ -126,10 +126,10 @@ static bool last_of_model(const struct roll *rl, const struct worker *w)
 
 static uint32_t queued_for(struct front *f, const struct front_model *m)
 {
-    struct request *r;
+    struct job *j;
     uint32_t n = 0;
-    TAILQ_FOREACH(r, &f->queue.waiting, link_queue)
-        n += r->model == m;
+    TAILQ_FOREACH(j, &f->queue.waiting, link_queue)
+        n += j->req->model == m;
     return n;
 }
 
