@@ -1,8 +1,8 @@
 /* The lives of the worker processes (supervisor.h): spawn (region, eventfds, stderr pipe,
- * fork+exec) and attach to the table, their stderr forwarded line by line and its tail kept,
- * reaping on SIGCHLD with the cause named and detach, respawn with an exponential backoff,
- * the heartbeat watchdog, the shutdown stop, the view /health and /metrics render. Records
- * and job slots are the table's (workers.c). */
+ * fork+exec) and attach to the table, their stderr forwarded and its tail kept
+ * (worker_stderr.c), reaping on SIGCHLD with the cause named and detach, respawn with an
+ * exponential backoff, the heartbeat watchdog, the shutdown stop, the view /health and
+ * /metrics render. Records and job slots are the table's (workers.c). */
 #include "supervisor.h"
 
 #include <errno.h>
@@ -27,6 +27,7 @@
 #include "notify.h"
 #include "shm_params.h"
 #include "shm_region.h"
+#include "worker_stderr.h"
 #include "workers.h"
 
 /* Ring sizes: the worker-bound ring holds a few maximal JOBs (WIRE_MAX_MSG each); the
@@ -44,11 +45,6 @@
 /* Lines of a dead worker's stderr quoted in the log line of its death. */
 #define CAUSE_LINES 3
 
-/* Bytes of a worker's stderr kept for the cause of its death. */
-#define WORKER_ERR_TAIL 2048
-/* Longest stderr line held back while its end has not come (longer ones go out in parts). */
-#define WORKER_ERR_LINE 1024
-
 /* One worker's process (the worker of the table with the same index). */
 struct proc {
     struct supervisor *s;
@@ -56,12 +52,7 @@ struct proc {
     pid_t pid; /* 0 when no process runs (it was reaped) */
     enum worker_life life;
     struct event *ev_respawn;
-    int err_fd; /* read end of the process's stderr pipe; -1 when none */
-    struct event *ev_err;
-    char err_tail[WORKER_ERR_TAIL]; /* the last bytes it wrote to stderr (not NUL-terminated) */
-    uint32_t err_tail_len;
-    char err_line[WORKER_ERR_LINE]; /* a line being forwarded, its end not read yet */
-    uint32_t err_line_len;
+    struct worker_stderr err; /* its stderr: forwarded, the tail kept */
     uint32_t start_failures; /* deaths in a row before READY */
     uint32_t deaths_in_row;  /* deaths since the last minute of health: the backoff's exponent */
     uint32_t n_spawns;
@@ -134,141 +125,6 @@ static enum worker_life life_get(struct proc *p)
     if (p->life == WORKER_LIFE_STARTING)
         (void)worker_is_ready(p->w);
     return p->life;
-}
-
-/* ---- stderr: forwarded as whole lines, the tail kept ---- */
-
-static void forward(const char *b, size_t n)
-{
-    while (n > 0) {
-        ssize_t k = write(STDERR_FILENO, b, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return; /* our own stderr is gone: nothing better to do */
-        b += k;
-        n -= (size_t)k;
-    }
-}
-
-static void tail_append(struct proc *p, const char *b, size_t n)
-{
-    if (n >= WORKER_ERR_TAIL) {
-        memcpy(p->err_tail, b + n - WORKER_ERR_TAIL, WORKER_ERR_TAIL);
-        p->err_tail_len = WORKER_ERR_TAIL;
-        return;
-    }
-    if (p->err_tail_len + n > WORKER_ERR_TAIL) {
-        size_t drop = p->err_tail_len + n - WORKER_ERR_TAIL;
-        memmove(p->err_tail, p->err_tail + drop, p->err_tail_len - drop);
-        p->err_tail_len -= (uint32_t)drop;
-    }
-    memcpy(p->err_tail + p->err_tail_len, b, n);
-    p->err_tail_len += (uint32_t)n;
-}
-
-/* Forward what is held of an unfinished line (at death, or when it grew too long). */
-static void line_flush(struct proc *p, bool add_newline)
-{
-    if (!p->err_line_len)
-        return;
-    forward(p->err_line, p->err_line_len);
-    if (add_newline)
-        forward("\n", 1);
-    p->err_line_len = 0;
-}
-
-/* Whole lines go out at once, so they do not interleave with the front's own log lines. */
-static void err_consume(struct proc *p, const char *b, size_t n)
-{
-    const char *nl = memrchr(b, '\n', n);
-    tail_append(p, b, n);
-    if (nl) {
-        line_flush(p, false);
-        forward(b, (size_t)(nl + 1 - b));
-        n -= (size_t)(nl + 1 - b);
-        b = nl + 1;
-    }
-    if (p->err_line_len + n > WORKER_ERR_LINE) {
-        line_flush(p, false);
-        forward(b, n);
-        return;
-    }
-    memcpy(p->err_line + p->err_line_len, b, n);
-    p->err_line_len += (uint32_t)n;
-}
-
-/* Read what the pipe holds. Returns 0 (would block), 1 at its end, or -errno. */
-static int err_read(struct proc *p)
-{
-    char buf[4096];
-    for (;;) {
-        ssize_t n = read(p->err_fd, buf, sizeof(buf));
-        if (n > 0) {
-            err_consume(p, buf, (size_t)n);
-            continue;
-        }
-        if (n == 0)
-            return 1;
-        if (errno == EINTR)
-            continue;
-        return errno == EAGAIN ? 0 : -errno;
-    }
-}
-
-static void on_err(evutil_socket_t fd, short what, void *arg)
-{
-    struct proc *p = arg;
-    (void)fd;
-    (void)what;
-    if (err_read(p) != 0) {
-        /* at its end a pipe stays readable: stop watching, the fd closes with the worker */
-        line_flush(p, true);
-        event_del(p->ev_err);
-    }
-}
-
-/* The last n lines of the tail, joined with " | ", printable ASCII only (it goes into JSON). */
-static void tail_lines(const struct proc *p, unsigned n, char *out, size_t cap)
-{
-    const char *t = p->err_tail;
-    size_t end = p->err_tail_len, start;
-    unsigned lines = 0;
-    size_t o = 0;
-
-    while (end > 0 && (t[end - 1] == '\n' || t[end - 1] == '\r'))
-        end--;
-    start = end;
-    while (start > 0 && lines < n) {
-        if (t[start - 1] == '\n' && ++lines == n)
-            break;
-        start--;
-    }
-    /* keep the newest bytes when it does not fit */
-    if (end - start > cap - 1)
-        start = end - (cap - 1);
-    for (size_t i = start; i < end && o + 4 < cap; i++) {
-        unsigned char c = (unsigned char)t[i];
-        if (c == '\n') {
-            memcpy(out + o, " | ", 3);
-            o += 3;
-        } else {
-            out[o++] = c >= 0x20 && c < 0x7f ? (char)c : '?';
-        }
-    }
-    out[o] = '\0';
-}
-
-/* Close the stderr pipe of p's last process. */
-static void close_err(struct proc *p)
-{
-    if (p->ev_err) {
-        event_free(p->ev_err);
-        p->ev_err = NULL;
-    }
-    if (p->err_fd >= 0)
-        (void)close(p->err_fd);
-    p->err_fd = -1;
 }
 
 /* ---- the watchdog ---- */
@@ -394,11 +250,10 @@ static int spawn(struct proc *p)
     size_t prm_size = shm_params_size(&prm), area_size;
     char a_shm[8];
     char *argv[4];
-    int err, pipefd[2] = {-1, -1}, wake_fd = -1, notify_fd = -1, shm_fd;
+    int err, err_w = -1, wake_fd = -1, notify_fd = -1, shm_fd;
     pid_t pid;
 
     p->watchdog_killed = false;
-    p->err_tail_len = p->err_line_len = 0;
     if (!prm_size) {
         err = -EINVAL;
         log_error("worker %u: a parameter string is longer than %u bytes", w->id,
@@ -415,17 +270,8 @@ static int spawn(struct proc *p)
         log_error("worker %u: eventfd: %s", w->id, strerror(-err));
         goto fail;
     }
-    /* the read end does not block the loop; the worker's end blocks as a stderr should */
-    if (pipe2(pipefd, O_CLOEXEC) < 0 || fcntl(pipefd[0], F_SETFL, O_NONBLOCK) < 0) {
-        err = -errno;
+    if ((err = worker_stderr_open(&p->err, s->base, &err_w)) < 0) {
         log_error("worker %u: stderr pipe: %s", w->id, strerror(-err));
-        goto fail;
-    }
-    p->err_fd = pipefd[0];
-    pipefd[0] = -1;
-    p->ev_err = event_new(s->base, p->err_fd, EV_READ | EV_PERSIST, on_err, p);
-    if (!p->ev_err) {
-        err = -ENOMEM;
         goto fail;
     }
 
@@ -448,26 +294,23 @@ static int spawn(struct proc *p)
         goto fail;
     }
     if (pid == 0)
-        child_exec(s->exe, shm_fd, w->wake_fd, w->notify_fd, pipefd[1], argv);
-    (void)close(pipefd[1]); /* the child's now: its end tells us when it is gone */
+        child_exec(s->exe, shm_fd, w->wake_fd, w->notify_fd, err_w, argv);
+    (void)close(err_w); /* the child's now: its end tells us when it is gone */
     p->pid = pid;
     p->life = WORKER_LIFE_STARTING;
     p->n_spawns++;
-    event_add(p->ev_err, NULL);
     watchdog_arm(s);
     log_info("worker %u spawned (pid %ld)", w->id, (long)pid);
     return 0;
 fail:
-    if (pipefd[0] >= 0)
-        (void)close(pipefd[0]);
-    if (pipefd[1] >= 0)
-        (void)close(pipefd[1]);
+    if (err_w >= 0)
+        (void)close(err_w);
     if (wake_fd >= 0)
         (void)close(wake_fd);
     if (notify_fd >= 0)
         (void)close(notify_fd);
     shm_region_destroy(&reg);
-    close_err(p);
+    worker_stderr_close(&p->err);
     return err;
 }
 
@@ -611,7 +454,7 @@ static int proc_init(struct supervisor *s, uint32_t i, uint32_t threads)
     p->s = s;
     p->w = workers_get(s->ws, i);
     p->life = WORKER_LIFE_STOPPED;
-    p->err_fd = -1;
+    worker_stderr_init(&p->err);
     p->threads = threads;
     p->ev_respawn = evtimer_new(s->base, on_respawn, p);
     return p->ev_respawn ? 0 : -ENOMEM;
@@ -641,7 +484,7 @@ void supervisor_drop_last(struct supervisor *s)
     struct proc *p;
     if (s->n == 0 || (p = &s->p[s->n - 1])->pid > 0)
         return;
-    close_err(p);
+    worker_stderr_close(&p->err);
     if (p->ev_respawn)
         event_free(p->ev_respawn);
     p->ev_respawn = NULL;
@@ -710,9 +553,7 @@ static void worker_died(struct proc *p, int status)
     uint32_t rnd;
 
     p->pid = 0; /* reaped: the number may be reused, never signal it again */
-    if (p->err_fd >= 0)
-        (void)err_read(p); /* its last words are all in the pipe now */
-    line_flush(p, true);
+    worker_stderr_finish(&p->err);
     if (WIFSIGNALED(status) && p->watchdog_killed)
         snprintf(p->last_exit, sizeof(p->last_exit),
                  "was killed by the watchdog (signal %d): no progress for %u ms",
@@ -724,8 +565,8 @@ static void worker_died(struct proc *p, int status)
         snprintf(p->last_exit, sizeof(p->last_exit), "exited with status %d",
                  WEXITSTATUS(status));
     p->last_exit_at = wall_ms();
-    tail_lines(p, 1, p->last_error, sizeof(p->last_error));
-    tail_lines(p, CAUSE_LINES, tail, sizeof(tail));
+    worker_stderr_lines(&p->err, 1, p->last_error, sizeof(p->last_error));
+    worker_stderr_lines(&p->err, CAUSE_LINES, tail, sizeof(tail));
     /* Clients get a short, stable cause and an error id; the id, PID and stderr tail go to
      * the log (and /health's details, behind the key), where an operator matches them. */
     if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != sizeof(rnd))
@@ -754,7 +595,7 @@ static void worker_died(struct proc *p, int status)
                   tail[0] ? "; its last stderr lines: " : "", tail);
 
     worker_detach(w, cause);
-    close_err(p);
+    worker_stderr_close(&p->err);
     if (p->removing)
         p->life = WORKER_LIFE_STOPPED;
     else if (p->replacing)
@@ -909,7 +750,7 @@ struct supervisor *supervisor_create(struct event_base *base, const struct kiln_
         p->s = s;
         p->w = workers_get(ws, i);
         p->life = WORKER_LIFE_STOPPED;
-        p->err_fd = -1;
+        worker_stderr_init(&p->err);
         p->threads = cfg->threads;
     }
     if ((err = find_exe(s->exe, sizeof(s->exe))) < 0) {
@@ -968,7 +809,7 @@ void supervisor_destroy(struct supervisor *s, int timeout_ms)
                 ;
             p->pid = 0;
         }
-        close_err(p);
+        worker_stderr_close(&p->err);
         if (p->ev_respawn)
             event_free(p->ev_respawn);
         p->ev_respawn = NULL;
