@@ -8,7 +8,7 @@ WARN     = -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
            -Wformat=2 -Wundef -Wvla -Wpointer-arith -Wcast-align
 SAN_asan = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 SAN_tsan = -fsanitize=thread -fno-omit-frame-pointer
-PKGS     = libevent msgpack liburing jansson libpcre2-8 libcurl
+PKGS     = libevent libevent_openssl openssl msgpack liburing jansson libpcre2-8 libcurl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 override CFLAGS  += -std=c11 -D_GNU_SOURCE -Iinclude -pthread $(PKG_CFLAGS) $(WARN) \
@@ -272,7 +272,7 @@ $(STORIES):
 # page's libraries are npm packages) come from Debian, as root, where the machine has no npm
 # at all; without them the page is built with plain-text answers.
 DEBS      = build-essential pkg-config libevent-dev libmsgpack-dev liburing-dev \
-            libjansson-dev libpcre2-dev libcurl4-openssl-dev zlib1g-dev curl
+            libjansson-dev libpcre2-dev libcurl4-openssl-dev libssl-dev zlib1g-dev curl
 TEST_DEBS = libcmocka-dev prometheus systemd nginx-light haproxy
 deps-test: override DEBS += $(TEST_DEBS)
 deps deps-test:

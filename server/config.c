@@ -110,6 +110,11 @@ static const struct opt opts[] = {
      "the body must come within this once the headers did (408 and close)"},
     {"keepalive-timeout-ms", OPT_U32, F(keepalive_timeout_ms), 1, UINT32_MAX, "5000",
      "an idle keep-alive connection is closed after this"},
+    {"tls-cert", OPT_STR, F(tls_cert), 0, 0, "(plain HTTP)",
+     "serve HTTPS (TLS 1.2 and 1.3) with this PEM certificate chain, leaf first; read again "
+     "on SIGHUP"},
+    {"tls-key", OPT_STR, F(tls_key), 0, 0, "(none)",
+     "the PEM private key of --tls-cert; read again on SIGHUP"},
     {"no-webui", OPT_BOOL, F(no_webui), 0, 0, "off", "do not serve the chat page at /"},
     {"webui-dir", OPT_STR, F(webui_dir), 0, 0, "(embedded)",
      "serve the chat page's files from this folder first (development)"},

@@ -68,6 +68,8 @@ struct kiln_config {
     /* the chat page at / (webui.c) */
     bool no_webui;
     const char *webui_dir;         /* NULL: only the embedded files */
+    const char *tls_cert;          /* PEM chain: serve HTTPS (with tls_key); NULL: plain HTTP */
+    const char *tls_key;           /* PEM private key of tls_cert */
     const char *config_file;       /* --config: key = value lines read before the flags */
     char *config_text;             /* owned: the file's text, which its strings point into */
     bool help;                  /* --help was given */

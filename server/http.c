@@ -22,6 +22,7 @@
 #include "config.h"
 #include "http_filter.h"
 #include "log.h"
+#include "tls.h"
 
 /* Seconds a connection may sit without reading or writing: idle keep-alive connections and
  * clients that stop reading are dropped after it; a queued request is not affected since
@@ -298,12 +299,18 @@ static evutil_socket_t client_fd(const struct http_req *r)
 
 /* 2: the client reset the connection (it is gone); 1: it closed its sending side (EOF: it
  * may still read the answer, or have closed entirely); 0: it sent more bytes (a pipelined
- * request); -1: nothing to tell yet. */
-static int peer_state(evutil_socket_t fd)
+ * request); -1: nothing to tell yet. Over TLS the bytes before the EOF may be its
+ * close_notify alert, so there the socket's state tells an EOF. */
+static int peer_state(evutil_socket_t fd, bool tls)
 {
     char c;
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
     ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n == 0)
+        return 1;
+    if (n > 0 && tls && getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+        ti.tcpi_state == TCP_CLOSE_WAIT)
         return 1;
     if (n < 0)
         return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -1 : 2;
@@ -344,6 +351,10 @@ static int peer_probe(struct http_req *r, evutil_socket_t fd)
         r->ev->minor < 1)
         return 0;
     r->peer_probed = true;
+    if (r->s->conns->tls) /* through TLS, below evhttp's buffer: the reset comes later */
+        return bufferevent_write(bufferevent_get_underlying(bev), probe, sizeof(probe) - 1) < 0
+                   ? -1
+                   : 1;
     if (send(fd, probe, sizeof(probe) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(probe) - 1)
         return -1;
     return 1;
@@ -369,7 +380,7 @@ static void on_peer(evutil_socket_t fd, short what, void *arg)
 {
     struct http_req *r = arg;
     (void)what;
-    int st = peer_state(fd);
+    int st = peer_state(fd, r->s->conns->tls != NULL);
     if (st < 0) {
         event_add(r->ev_peer, NULL);
         return;
@@ -450,7 +461,7 @@ bool http_req_client_alive(struct http_req *req)
     evutil_socket_t fd = client_fd(req);
     if (fd < 0)
         return false;
-    int st = peer_state(fd);
+    int st = peer_state(fd, req->s->conns->tls != NULL);
     if (st < 1)
         return true;
     if (st == 2)
@@ -514,6 +525,14 @@ struct http_server *http_create(struct event_base *base, const struct kiln_confi
     }
     conns->cfg = cfg;
     conns->metrics = metrics;
+    if (cfg->tls_cert || cfg->tls_key) {
+        char why[512];
+        if (!(conns->tls = tls_create(cfg->tls_cert, cfg->tls_key, why, sizeof(why)))) {
+            log_error("%s", why);
+            goto fail;
+        }
+        log_info("HTTPS with %s (TLS 1.2 and 1.3)", cfg->tls_cert);
+    }
     conns->max = config_max_connections(cfg, limit);
     log_info("at most %u connections (fd limit %llu, %u fds kept for %u worker(s) and the "
              "front)",
@@ -549,6 +568,16 @@ struct http_server *http_create(struct event_base *base, const struct kiln_confi
 fail:
     http_destroy(s);
     return NULL;
+}
+
+int http_reload_tls(struct http_server *s, const struct kiln_config *n, char *err,
+                    size_t errlen)
+{
+    if (!s->conns->tls)
+        return n->tls_cert || n->tls_key ? 1 : 0;
+    if (!n->tls_cert && !n->tls_key)
+        return 1;
+    return tls_reload(s->conns->tls, n->tls_cert, n->tls_key, err, errlen);
 }
 
 static void collect_listener(struct evhttp_bound_socket *bs, void *arg)
@@ -587,6 +616,7 @@ void http_destroy(struct http_server *s)
         event_free(conns->ev_resume);
     if (conns->ev_probe)
         event_free(conns->ev_probe);
+    tls_free(conns->tls);
     free(conns);
     free(s);
 }

@@ -40,6 +40,12 @@ struct http_server *http_create(struct event_base *base, const struct kiln_confi
                                 struct metrics *metrics, http_handler cb, void *arg,
                                 uint16_t *port);
 
+/* Read --tls-cert and --tls-key of n again for the connections accepted from now on (a
+ * renewed certificate). 0 when done or when s serves plain HTTP (TLS cannot be switched on or
+ * off live: 1 then); -1 with a message in err, and the old certificate stays. */
+int http_reload_tls(struct http_server *s, const struct kiln_config *n, char *err,
+                    size_t errlen);
+
 /* Close the listening sockets: new connections are refused from now on. */
 void http_stop_listening(struct http_server *s);
 

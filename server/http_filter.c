@@ -16,9 +16,11 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/listener.h>
+#include <openssl/ssl.h>
 
 #include "access_log.h"
 #include "api.h"
@@ -27,6 +29,7 @@
 #include "http_guard.h"
 #include "log.h"
 #include "metrics.h"
+#include "tls.h"
 
 /* After the refusal is written, how long the client may keep sending before the connection
  * is closed: reading (and dropping) meanwhile keeps a close with unread input from turning
@@ -57,7 +60,7 @@ enum filter_deadline {
  * from the event loop's thread. */
 struct http_filter {
     struct http_guard guard;
-    struct bufferevent *under; /* the socket */
+    struct bufferevent *under; /* the socket (a TLS bufferevent over it with --tls-cert) */
     struct bufferevent *bev;   /* the filter evhttp reads and writes */
     struct event *ev;          /* the refusal's steps: activated, then the linger timer */
     struct event *wev;         /* the socket can take more of evhttp's output */
@@ -72,6 +75,8 @@ struct http_filter {
     bool idle_seen;            /* REFUSE_WAIT: evhttp looked idle at the previous look */
     bool write_failed;         /* the socket refused evhttp's output: end the connection */
     bool flushing;             /* on_writable is flushing: filter_out may write */
+    bool tls;                  /* under is TLS: answers go through it (tls_out) */
+    size_t in_flight;          /* TLS: bytes at the front of the output copied into under */
 };
 
 /* The refusal: status line, headers and the JSON error. Returns 0 or -ENOMEM. */
@@ -178,7 +183,10 @@ static void on_step(evutil_socket_t fd, short what, void *arg)
     case FILTER_REFUSE_DRAIN:
         if (evbuffer_get_length(bufferevent_get_output(f->under)) > 0)
             return;
-        /* the answer is with the kernel: a FIN after it, then read until the client closes */
+        /* the answer is with the kernel: a FIN after it (after TLS's close_notify), then read
+         * until the client closes */
+        if (f->tls)
+            (void)SSL_shutdown(bufferevent_openssl_get_ssl(f->under));
         (void)shutdown(bufferevent_getfd(f->under), SHUT_WR); /* a reset peer: EOF follows */
         f->phase = FILTER_LINGER;
         if (event_add(f->ev, &linger) < 0)
@@ -199,6 +207,8 @@ static void on_under_output(struct evbuffer *buf, const struct evbuffer_cb_info 
     (void)info;
     if (f->phase == FILTER_REFUSE_DRAIN && evbuffer_get_length(buf) == 0)
         event_active(f->ev, EV_TIMEOUT, 0);
+    if (f->in_flight && evbuffer_get_length(buf) == 0)
+        event_active(f->wev, EV_WRITE, 0); /* TLS took the bytes in flight: flush on */
 }
 
 static void deadline_set(struct http_filter *f, enum filter_deadline d)
@@ -367,6 +377,39 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
  * drain to finish the request; that drain would never come again and the connection would
  * hang (never read again, never closed). Deferred to the loop, the write callback comes after
  * evhttp has set it up, as it does for a socket. */
+/* The output filter over TLS: the same rule (bytes leave evhttp's buffer only once the kernel
+ * has them) with the TLS bufferevent as the way to the kernel. A piece is copied into it and
+ * left in evhttp's buffer until the TLS bufferevent's output is empty again (SSL_write took
+ * it: on a socket that means the kernel has it); then it is dropped and the next one goes. */
+static enum bufferevent_filter_result tls_out(struct http_filter *f, struct evbuffer *src)
+{
+    struct evbuffer *out = bufferevent_get_output(f->under);
+    if (evbuffer_get_length(out) > 0)
+        return BEV_NEED_MORE; /* on_under_output flushes again once it is empty */
+    if (f->in_flight) {
+        (void)evbuffer_drain(src, f->in_flight);
+        f->in_flight = 0;
+    }
+    size_t n = evbuffer_get_length(src);
+    if (n > 0) {
+        if (n > 65536)
+            n = 65536;
+        const unsigned char *p = evbuffer_pullup(src, (ev_ssize_t)n);
+        if (!p || evbuffer_add(out, p, n) < 0) {
+            f->write_failed = true;
+            event_active(f->ev, EV_TIMEOUT, 0);
+            return BEV_ERROR;
+        }
+        f->in_flight = n;
+        if (evbuffer_get_length(out) == 0)
+            event_active(f->wev, EV_WRITE, 0); /* taken at once: flush on from the loop */
+        return BEV_NEED_MORE;
+    }
+    if (f->phase == FILTER_PASS && f->deadline == DEADLINE_NONE)
+        deadline_set(f, DEADLINE_KEEPALIVE); /* an answer (or part of one) went out */
+    return BEV_OK;
+}
+
 static enum bufferevent_filter_result filter_out(struct evbuffer *src, struct evbuffer *dst,
                                                  ev_ssize_t dst_limit,
                                                  enum bufferevent_flush_mode mode, void *ctx)
@@ -383,6 +426,8 @@ static enum bufferevent_filter_result filter_out(struct evbuffer *src, struct ev
         event_active(f->wev, EV_WRITE, 0); /* on_out_added did too; flush from the loop */
         return BEV_NEED_MORE;
     }
+    if (f->tls)
+        return tls_out(f, src);
     while (evbuffer_get_length(src) > 0) {
         if (evbuffer_write(src, fd) >= 0)
             continue;
@@ -539,8 +584,24 @@ static struct bufferevent *new_connection(struct event_base *base, void *arg)
         goto fail;
     f->conns = c;
     http_guard_init(&f->guard, cfg->max_body_bytes, cfg->max_header_bytes);
-    if (!(f->under = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE)))
+    if (c->tls) {
+        /* evhttp sets the fd through the filter; the handshake starts then */
+        SSL *ssl = tls_new_ssl(c->tls);
+        f->tls = true;
+        if (!ssl)
+            goto fail;
+        if (!(f->under = bufferevent_openssl_socket_new(base, -1, ssl,
+                                                        BUFFEREVENT_SSL_ACCEPTING,
+                                                        BEV_OPT_CLOSE_ON_FREE |
+                                                            BEV_OPT_DEFER_CALLBACKS))) {
+            SSL_free(ssl);
+            goto fail;
+        }
+        /* a client that closes without close_notify ends the connection as an EOF would */
+        bufferevent_openssl_set_allow_dirty_shutdown(f->under, 1);
+    } else if (!(f->under = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE))) {
         goto fail;
+    }
     if (!(f->ev = event_new(base, -1, 0, on_step, f)))
         goto fail;
     /* the fd is known only once evhttp sets it: wev is bound to it on first use */

@@ -15,6 +15,7 @@ struct event_base;
 struct evconnlistener;
 struct kiln_config;
 struct metrics;
+struct tls;
 
 /* The front's connections: how many are open, the limit, and the listener that pauses at it.
  * Owned by http.c (http_create); read by the filter of each connection. */
@@ -22,6 +23,7 @@ struct http_conns {
     const struct kiln_config *cfg;
     struct metrics *metrics;
     struct evconnlistener *listener; /* NULL once kiln stopped listening */
+    struct tls *tls;                 /* --tls-cert: connections speak TLS; NULL: plain */
     struct event *ev_resume;         /* after an accept error: try again later */
     struct event *ev_probe;          /* the loop-lag probe, while connections are open */
     uint64_t probe_due_us;

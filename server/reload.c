@@ -9,6 +9,7 @@
 #include "config.h"
 #include "front_model.h"
 #include "hf_pull.h"
+#include "http.h"
 #include "log.h"
 #include "roll.h"
 #include "service.h"
@@ -97,6 +98,13 @@ void reload_run(struct front *f, struct service *svc, int argc, char **argv)
     LIVE_U32(client_timeout_ms, "client-timeout-ms");
     LIVE_U32(drain_ms, "drain-ms");
 #undef LIVE_U32
+    int tls = http_reload_tls(f->http, &n, err, sizeof(err));
+    if (tls < 0)
+        log_error("reload: %s; the certificate in use stays", err);
+    else if (tls > 0)
+        log_warn("reload: TLS is switched on or off at the next restart, not live");
+    else if (n.tls_cert)
+        log_info("reload: certificate %s read again", n.tls_cert);
     reload_workers(f, &n);
     if (n.max_sequences != cur->max_sequences || n.ctx != cur->ctx ||
         n.watchdog_ms != cur->watchdog_ms)

@@ -46,6 +46,8 @@ static void test_config_file_sets_every_kind_of_flag(void **state)
                "no-webui = yes\n"
                "api-key = k1\n"
                "api-key = 'k2'\n"
+               "tls-cert = /etc/kiln/cert.pem\n"
+               "tls_key = /etc/kiln/key.pem\n"
                "max-body-bytes = 4096\r\n");
     char *argv[] = {"kiln", "--config", path, NULL};
     assert_int_equal(parse(&c, err, 3, argv), 0);
@@ -58,6 +60,8 @@ static void test_config_file_sets_every_kind_of_flag(void **state)
     assert_int_equal(c.api_keys.n, 2);
     assert_string_equal(c.api_keys.v[1], "k2");
     assert_int_equal(c.max_body_bytes, 4096);
+    assert_string_equal(c.tls_cert, "/etc/kiln/cert.pem");
+    assert_string_equal(c.tls_key, "/etc/kiln/key.pem");
     assert_string_equal(c.config_file, path);
     config_free(&c);
     unlink(path);
