@@ -324,6 +324,45 @@ static void test_access_log_socket_refusals_408_and_431(void **state)
     assert_int_equal(front_stop(p), 0);
 }
 
+static void test_access_log_file_opened_anew_on_sighup_after_a_rotation(void **state)
+{
+    (void)state;
+    struct want_line w;
+    char path[64], moved[80];
+    snprintf(path, sizeof(path), "/tmp/kiln-access-rot-%ld.log", (long)getpid());
+    snprintf(moved, sizeof(moved), "%s.1", path);
+    unlink(path);
+    unlink(moved);
+    const char *args[] = {"--model", "mock", "--access-log", path, NULL};
+    struct kiln_proc *p = front_start(args);
+    assert_non_null(p);
+    assert_int_equal(post(p, "/v1/completions", "t-rot-1", "{\"prompt\": \"a\", \"max_tokens\": 1}",
+                          NULL),
+                     200);
+    w.p = p;
+    w.file = path;
+    snprintf(w.needle, sizeof(w.needle), "request_id=t-rot-1 ");
+    assert_true(wait_until(line_found, &w, 10000));
+    /* logrotate moves it, then reloads */
+    assert_int_equal(rename(path, moved), 0);
+    assert_int_equal(kiln_kill(p, SIGHUP), 0);
+    w.file = NULL;
+    snprintf(w.needle, sizeof(w.needle), "reload: 0 API key(s)");
+    assert_true(wait_until(line_found, &w, 10000));
+    assert_int_equal(post(p, "/v1/completions", "t-rot-2", "{\"prompt\": \"a\", \"max_tokens\": 1}",
+                          NULL),
+                     200);
+    w.file = path;
+    snprintf(w.needle, sizeof(w.needle), "request_id=t-rot-2 ");
+    if (!wait_until(line_found, &w, 10000))
+        fail_msg("no line in the new %s after SIGHUP", path);
+    w.file = moved;
+    assert_false(line_found(&w)); /* the old file got nothing more */
+    assert_int_equal(front_stop(p), 0);
+    unlink(path);
+    unlink(moved);
+}
+
 static void test_access_log_json_to_a_file_and_off(void **state)
 {
     (void)state;
@@ -382,6 +421,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_access_log_cancelled_stream_line, setup, teardown),
         cmocka_unit_test_setup_teardown(test_access_log_worker_crash_line, setup, teardown),
         cmocka_unit_test(test_access_log_socket_refusals_408_and_431),
+        cmocka_unit_test(test_access_log_file_opened_anew_on_sighup_after_a_rotation),
         cmocka_unit_test(test_access_log_json_to_a_file_and_off),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
