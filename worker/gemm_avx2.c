@@ -1,9 +1,187 @@
-/* The prefill GEMM on AVX2 (placeholder until its tiles land: the per-row path runs). */
+/* The prefill GEMM on AVX2 (no VNNI): gemm_avx512.c's blocking with 8 rows per 256-bit
+ * panel vector (lane = row) and a register tile of 8 rows x 4 sequences. The integer dot is
+ * maddubs (unsigned x signed bytes) + madd: unsigned codes (at most 63, so a pair of maddubs
+ * results fits in int16 and is added before the madd) multiply the activations directly,
+ * their zero point taken off in integers as in the VNNI kernel; signed codes (Q8_0, IQ4_*)
+ * give maddubs their absolute value and move their sign onto the activations. Exact
+ * integers, then per sub-block the same float steps whatever the tile, so a (row,
+ * sequence) result does not depend on n_seq, the row range, or the other sequences. */
+#include <immintrin.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
 #include "gemm.h"
+#include "gemm_decode.h"
+#include "kernels_simd.h"
+
+#define GEMM_SC 128
+
+struct panel {
+    __m256i codes[GEMM_KC / 4];
+    float scale[GEMM_MAXG][8];
+    float bias[GEMM_MAXG][8];
+};
+
+/* Rows [r, r + nr) (nr <= 8) of W, sub-blocks [g0, g0 + ng), into p. */
+static void pack(const struct kern_mat *W, int r, int nr, int g0, int ng, int G, struct panel *p,
+                 uint8_t (*tmp)[GEMM_KC])
+{
+    int n = ng * G;
+    for (int i = 0; i < 8; i++) {
+        if (i < nr) {
+            gemm_decode_row(W->type, (const char *)W->data + (size_t)(r + i) * W->row_bytes, g0,
+                            ng, tmp[i], &p->scale[0][i], &p->bias[0][i], 8);
+        } else {
+            memset(tmp[i], 0, (size_t)n);
+            for (int g = 0; g < ng; g++)
+                p->scale[g][i] = p->bias[g][i] = 0.0f;
+        }
+    }
+    for (int t = 0; t < n / 4; t += 8)
+        gemm_transpose8(tmp[0], GEMM_KC, t, &p->codes[t]);
+}
+
+static AI __m256 maskload(const float *y, int nr)
+{
+    const __m256i lane = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+    return _mm256_maskload_ps(y, _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), lane));
+}
+
+static AI void maskstore(float *y, int nr, __m256 v)
+{
+    const __m256i lane = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+    _mm256_maskstore_ps(y, _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), lane), v);
+}
+
+/* Sequences xs[0..S) against panel P (nr rows): as gemm_avx512.c's tile. */
+static AI void tile(const struct panel *P, const char *const *xs, const int S, const size_t *off,
+                    int ng, const int G, const int min, const int sgn, const float *dx,
+                    const int32_t *ic, const float *xsum, float *y, size_t ys, int nr,
+                    int first)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[4];
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        acc[k] = first ? _mm256_setzero_ps() : maskload(y + (size_t)k * ys, nr);
+    for (int g = 0; g < ng; g++) {
+        __m256i ia[4];
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++)
+            ia[k] = _mm256_set1_epi32(ic[k * GEMM_MAXG + g]);
+        const __m256i *c = &P->codes[g * (G / 4)];
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < G / 4; t += 2) {
+            __m256i w0 = _mm256_load_si256(c + t), w1 = _mm256_load_si256(c + t + 1);
+            __m256i a0 = sgn ? _mm256_abs_epi8(w0) : w0, a1 = sgn ? _mm256_abs_epi8(w1) : w1;
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < S; k++) {
+                int32_t v0, v1;
+                memcpy(&v0, xs[k] + off[g] + 4 * t, 4);
+                memcpy(&v1, xs[k] + off[g] + 4 * t + 4, 4);
+                __m256i x0 = _mm256_set1_epi32(v0), x1 = _mm256_set1_epi32(v1);
+                if (sgn) {
+                    /* |w| x sign(w) x: each pair at most 2 * 128 * 127, apart */
+                    __m256i p0 = _mm256_maddubs_epi16(a0, _mm256_sign_epi8(x0, w0));
+                    __m256i p1 = _mm256_maddubs_epi16(a1, _mm256_sign_epi8(x1, w1));
+                    ia[k] = _mm256_add_epi32(ia[k], _mm256_add_epi32(_mm256_madd_epi16(p0, ones),
+                                                                     _mm256_madd_epi16(p1, ones)));
+                } else {
+                    /* codes <= 63: two pairs sum to at most 4 * 63 * 128 < 2^15 */
+                    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(a0, x0),
+                                                 _mm256_maddubs_epi16(a1, x1));
+                    ia[k] = _mm256_add_epi32(ia[k], _mm256_madd_epi16(p, ones));
+                }
+            }
+        }
+        __m256 sc = _mm256_load_ps(P->scale[g]);
+        __m256 bi = min ? _mm256_load_ps(P->bias[g]) : _mm256_setzero_ps();
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++) {
+            __m256 d = _mm256_set1_ps(dx[k * GEMM_MAXG + g]);
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[k]), _mm256_mul_ps(sc, d), acc[k]);
+            if (min)
+                acc[k] = _mm256_fnmadd_ps(bi, _mm256_set1_ps(xsum[k * GEMM_MAXG + g]), acc[k]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++) {
+        if (nr >= 8)
+            _mm256_storeu_ps(y + (size_t)k * ys, acc[k]);
+        else
+            maskstore(y + (size_t)k * ys, nr, acc[k]);
+    }
+}
+
+#define TILE_S(G, MIN, SGN)                                                                    \
+    do {                                                                                       \
+        switch (S) {                                                                           \
+        case 4: tile(P, xs, 4, off, ng, G, MIN, SGN, dx, ic, xsum, y, ys, nr, first); break;   \
+        case 3: tile(P, xs, 3, off, ng, G, MIN, SGN, dx, ic, xsum, y, ys, nr, first); break;   \
+        case 2: tile(P, xs, 2, off, ng, G, MIN, SGN, dx, ic, xsum, y, ys, nr, first); break;   \
+        default: tile(P, xs, 1, off, ng, G, MIN, SGN, dx, ic, xsum, y, ys, nr, first); break;  \
+        }                                                                                      \
+    } while (0)
+
+static void tile_any(const struct panel *P, const char *const *xs, int S, const size_t *off,
+                     int ng, const struct gemm_type *ty, const float *dx, const int32_t *ic,
+                     const float *xsum, float *y, size_t ys, int nr, int first)
+{
+    if (ty->sgn)
+        TILE_S(32, 0, 1);
+    else if (ty->min)
+        TILE_S(32, 1, 0);
+    else if (ty->g == 32)
+        TILE_S(32, 0, 0);
+    else
+        TILE_S(16, 0, 0);
+}
 
 int kern_gemm_avx2(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
                    int y_stride, int row_begin, int row_end)
 {
-    (void)W, (void)X, (void)n_seq, (void)Y, (void)y_stride, (void)row_begin, (void)row_end;
-    return -1;
+    struct gemm_type ty = gemm_type_of(W->type);
+    if (!ty.g || ((ty.min || ty.sgn) && ty.g != 32))
+        return -1;
+    const int G = ty.g, zero = ty.sgn ? 0 : ty.off, gk = GEMM_KC / G;
+    const int ngt = W->cols / G;
+    static _Thread_local struct panel pan __attribute__((aligned(32)));
+    static _Thread_local uint8_t tmp[8][GEMM_KC] __attribute__((aligned(32)));
+    static _Thread_local float dx[GEMM_SC * GEMM_MAXG], xsum[GEMM_SC * GEMM_MAXG];
+    static _Thread_local int32_t ic[GEMM_SC * GEMM_MAXG];
+    size_t off[GEMM_MAXG];
+
+    for (int s0 = 0; s0 < n_seq; s0 += GEMM_SC) {
+        int ns = n_seq - s0 < GEMM_SC ? n_seq - s0 : GEMM_SC;
+        for (int g0 = 0; g0 < ngt; g0 += gk) {
+            int ng = ngt - g0 < gk ? ngt - g0 : gk, first = g0 == 0;
+            for (int g = 0; g < ng; g++)
+                off[g] = gemm_act_off(&ty, g0 + g);
+            for (int s = 0; s < ns; s++) {
+                const char *x = (const char *)X->data + (size_t)(s0 + s) * X->stride;
+                float *d = dx + s * GEMM_MAXG;
+                gemm_act_prep(&ty, x, g0, ng, d, ic + s * GEMM_MAXG);
+                for (int g = 0; g < ng; g++) {
+                    int32_t sx = ic[s * GEMM_MAXG + g];
+                    xsum[s * GEMM_MAXG + g] = d[g] * (float)sx;
+                    ic[s * GEMM_MAXG + g] = -zero * sx;
+                }
+            }
+            for (int r = row_begin; r < row_end; r += 8) {
+                int nr = row_end - r < 8 ? row_end - r : 8;
+                pack(W, r, nr, g0, ng, G, &pan, tmp);
+                for (int s = 0; s < ns; s += 4) {
+                    int S = ns - s < 4 ? ns - s : 4;
+                    const char *xs[4];
+                    for (int k = 0; k < S; k++)
+                        xs[k] = (const char *)X->data + (size_t)(s0 + s + k) * X->stride;
+                    tile_any(&pan, xs, S, off, ng, &ty, dx + s * GEMM_MAXG, ic + s * GEMM_MAXG,
+                             xsum + s * GEMM_MAXG, Y + (size_t)(s0 + s) * y_stride + r,
+                             (size_t)y_stride, nr, first);
+                }
+            }
+        }
+    }
+    return 0;
 }

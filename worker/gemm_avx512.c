@@ -45,12 +45,14 @@ static void pack(const struct kern_mat *W, const struct gemm_type *ty, int r, in
                 p->scale[g][i] = p->bias[g][i] = 0.0f;
         }
     }
-    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
-                                                            5, 4, 3, 2, 1, 0),
-                                           _mm512_set1_epi32(GEMM_KC));
     const __m512i flip = _mm512_set1_epi8(ty->sgn ? (char)0x80 : 0);
-    for (int t = 0; t < n / 4; t++)
-        p->codes[t] = _mm512_xor_si512(_mm512_i32gather_epi32(idx, &tmp[0][4 * t], 1), flip);
+    for (int t = 0; t < n / 4; t += 8) {
+        __m256i lo[8], hi[8];
+        gemm_transpose8(tmp[0], GEMM_KC, t, lo);
+        gemm_transpose8(tmp[8], GEMM_KC, t, hi);
+        for (int i = 0; i < 8; i++)
+            p->codes[t + i] = _mm512_xor_si512(join(lo[i], hi[i]), flip);
+    }
 }
 
 /* Sequences xs[0..S) against the panels P[0..R): sub-blocks [0, ng) of the chunk, whose
