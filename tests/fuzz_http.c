@@ -69,7 +69,6 @@ static void fuzz_body(const uint8_t *data, size_t size, enum request_kind kind)
     r->f = &fuzz_front;
     r->model = front_model_ref(fuzz_front.model);
     r->kind = kind;
-    r->lead = r;
     proto_sampling_init(&r->sampling);
     int rc = api_parse_common(r, o, &p, &e);
     if (rc == -EINVAL && (e.status ? e.status : 400) / 100 != 4)
