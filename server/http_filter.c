@@ -544,12 +544,18 @@ static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
     listener_update(c);
 }
 
+/* The front's connections, for the listener's error callback: libevent hands that callback
+ * the listener's own user data, which for evhttp's listener is the struct evhttp, not ours.
+ * One front has one set of connections. */
+static struct http_conns *listener_conns;
+
 void http_filter_accept_error(struct evconnlistener *l, void *arg)
 {
-    struct http_conns *c = arg;
+    struct http_conns *c = listener_conns;
     int err = EVUTIL_SOCKET_ERROR();
     struct timeval tv = {0, HTTP_FILTER_ACCEPT_BACKOFF_MS * 1000};
     (void)l;
+    (void)arg; /* evhttp's */
     log_warn("http: accept() failed with %d connections open: %s; pausing the listener for "
              "%d ms",
              c->open, strerror(err), HTTP_FILTER_ACCEPT_BACKOFF_MS);
@@ -647,6 +653,7 @@ void http_filter_install(struct evhttp *http, struct http_conns *c)
 
 int http_conns_init(struct http_conns *c, struct event_base *base)
 {
+    listener_conns = c;
     c->ev_resume = evtimer_new(base, on_accept_resume, c);
     c->ev_probe = evtimer_new(base, on_probe, c);
     return c->ev_resume && c->ev_probe ? 0 : -ENOMEM;
