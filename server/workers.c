@@ -22,7 +22,7 @@
 #include "shm_ring.h"
 
 /* Records handled per wake before yielding to other events (the rest next turn). */
-#define DRAIN_BUDGET 4096
+#define DRAIN_BUDGET 256
 
 struct workers {
     struct event_base *base;
