@@ -187,7 +187,7 @@ int main(void)
         perror(dir);
         return 1;
     }
-    double bw = bench_read_bandwidth();
+    double bw = bench_read_bandwidth(NULL);
     printf("memory read bandwidth: %.1f GB/s (one thread, plain loop); %d-token prompts, %d "
            "tokens out, EOS ignored, temperature 0\n",
            bw, PROMPT_TOKENS, GEN_TOKENS);

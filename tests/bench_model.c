@@ -1,7 +1,9 @@
 /* The engine's speed on real model shapes with random weights: prompt processing (tok/s for
  * 128- and 512-token prompts), decode tok/s at batch 1, 4, 8 and 16, and the machine's
  * memory read bandwidth with the batch-1 limit it implies (bandwidth / weight bytes per
- * token) and the fraction of it batch 1 achieves. One model per tensor type (the types
+ * token) and the fraction of it batch 1 achieves, with the GB/s of weights batch 1 reads, by
+ * wall clock and per CPU second against the read loop's own per-CPU-second figure (steadier
+ * on a shared machine). One model per tensor type (the types
  * beyond Q8_0/Q4_K on TinyLlama's shape cut to 8 layers, 2048 wide: still far more weights
  * than cache), SmolLM- and TinyLlama-shaped Q4_K_M files and a Qwen2.5-0.5B-shaped one
  * (llama.cpp's preset: Q4_K with Q6_K for some matrices, and Qwen's Q5_0/Q8_0 fallbacks).
@@ -18,8 +20,8 @@
  * aggregate decode at the batch sizes above 1 among 8 and 16, as B sequences of one context
  * that node-llama-cpp gathers into one llama_decode per step; same threads) and the
  * kiln/llama.cpp ratios are printed in the same run, by wall clock and by process CPU time
- * (llama.cpp's CPU / kiln's: above 1 is kiln cheaper; with KILN_THREADS=1 the steadier
- * measure on a shared machine). kiln and llama.cpp alternate, KILN_BENCH_ROUNDS times (default
+ * (llama.cpp's CPU / kiln's, for the prompt and for decode at batch 1, 8 and 16: above 1 is
+ * kiln cheaper; with KILN_THREADS=1 the steadier measure on a shared machine). kiln and llama.cpp alternate, KILN_BENCH_ROUNDS times (default
  * 2) per model, and the ratios take each side's best. Without node (or the package) the
  * llama.cpp part is skipped with a message.
  * The prefill line also states the fraction of the machine's peak int8 multiply-add rate it
@@ -77,9 +79,9 @@ static void fill_prompt(uint32_t *p, uint32_t n, uint32_t n_vocab, uint32_t salt
 }
 
 /* One side's figures for one model: prompt tok/s and CPU ms, decode tok/s (batch 1, 8, 16)
- * and CPU ms per step at batch 1; 0 where not measured. */
+ * and CPU ms per step of each; 0 where not measured. */
 struct figs {
-    double prompt, pcpu, d1, dcpu, d8, d16;
+    double prompt, pcpu, d1, dcpu, d8, c8, d16, c16;
 };
 
 static void figs_best(struct figs *best, const struct figs *f)
@@ -92,10 +94,14 @@ static void figs_best(struct figs *best, const struct figs *f)
         best->d1 = f->d1;
         best->dcpu = f->dcpu;
     }
-    if (f->d8 > best->d8)
+    if (f->d8 > best->d8) {
         best->d8 = f->d8;
-    if (f->d16 > best->d16)
+        best->c8 = f->c8;
+    }
+    if (f->d16 > best->d16) {
         best->d16 = f->d16;
+        best->c16 = f->c16;
+    }
 }
 
 /* llama.cpp on the same file through tests/reference/bench_llama.mjs; prints its line and
@@ -139,10 +145,13 @@ static int bench_llama(const char *path, int plen, int steps, int threads, const
                           &bc) == 3) {
             printf("  llama.cpp decode batch %2d: %8.1f tok/s (%d sequences of one context, "
                    "%.1f CPU ms/step)\n", b, bd, b, bc);
-            if (b == 8)
+            if (b == 8) {
                 f->d8 = bd;
-            else if (b == 16)
+                f->c8 = bc;
+            } else if (b == 16) {
                 f->d16 = bd;
+                f->c16 = bc;
+            }
         } else {
             printf("  llama.cpp: %s", line);
         }
@@ -159,8 +168,8 @@ static int bench_llama(const char *path, int plen, int steps, int threads, const
 
 /* kiln on the model; prints its lines and fills *f (and *plen_out, *steps_out: the last
  * prompt length and the batch-1 steps, for llama.cpp to run the same). */
-static void bench_one(const char *path, int threads, double bw, double peak, double macs,
-                      struct figs *f, int *plen_out, int *steps_out)
+static void bench_one(const char *path, int threads, double bw, double bwc, double peak,
+                      double macs, struct figs *f, int *plen_out, int *steps_out)
 {
     struct model_llama_opts o = {.max_sequences = 16, .ctx = 1024, .threads = threads,
                                  .quiet = 1};
@@ -175,7 +184,7 @@ static void bench_one(const char *path, int threads, double bw, double peak, dou
     float *lg = malloc((size_t)16 * nv * sizeof(float));
     struct model_result res[16];
     int slots[16];
-    double wb = (double)model_llama_weight_bytes(m), b1 = 0.0;
+    double wb = (double)model_llama_weight_bytes(m), b1 = 0.0, b1cpu = 0.0;
 
     printf("%s: %.0f MiB of weights per token, %d threads, %s kernels\n", m->name,
            wb / (1 << 20), threads, kern_ops_select()->name);
@@ -231,12 +240,15 @@ static void bench_one(const char *path, int threads, double bw, double peak, dou
         if (b == 1) {
             b1 = steps / dt;
             *steps_out = steps;
+            b1cpu = dc / steps;
             f->d1 = b1;
             f->dcpu = dc / steps * 1e3;
         } else if (b == 8) {
             f->d8 = b * steps / dt;
+            f->c8 = dc / steps * 1e3;
         } else if (b == 16) {
             f->d16 = b * steps / dt;
+            f->c16 = dc / steps * 1e3;
         }
         for (int s = 0; s < b; s++)
             model_seq_free(m, s);
@@ -246,6 +258,12 @@ static void bench_one(const char *path, int threads, double bw, double peak, dou
     if (b1 > 0.0)
         printf("; batch 1 reaches %.0f%% of it", 100.0 * b1 * wb / (bw * 1e9));
     printf("\n");
+    /* the same per CPU second: with one thread, what the kernels read while they run */
+    if (b1 > 0.0 && b1cpu > 0.0)
+        printf("  batch 1 reads the weights at %.2f GB/s, %.0f%% of the measured %.1f GB/s; "
+               "by CPU time %.2f GB/s per CPU second, %.0f%% of the read loop's %.1f\n",
+               b1 * wb / 1e9, 100.0 * b1 * wb / (bw * 1e9), bw, wb / b1cpu / 1e9,
+               100.0 * wb / b1cpu / (bwc * 1e9), bwc);
     free(lg);
     model_destroy(m);
 }
@@ -256,7 +274,8 @@ static double ratio(double k, double l)
 }
 
 /* kiln and llama.cpp alternately, rounds times, then the ratios of each side's best. */
-static void bench_pair(const char *path, int threads, double bw, double peak, double macs)
+static void bench_pair(const char *path, int threads, double bw, double bwc, double peak,
+                       double macs)
 {
     const char *r = getenv("KILN_BENCH_ROUNDS");
     int rounds = r && atoi(r) > 0 ? atoi(r) : 2, plen = 128, steps = 8, have = 0;
@@ -272,7 +291,7 @@ static void bench_pair(const char *path, int threads, double bw, double peak, do
     for (int i = 0; i < rounds; i++) {
         if (rounds > 1)
             printf(" round %d of %d\n", i + 1, rounds);
-        bench_one(path, threads, bw, peak, macs, &f, &plen, &steps);
+        bench_one(path, threads, bw, bwc, peak, macs, &f, &plen, &steps);
         figs_best(&kb, &f);
         fflush(stdout);
         if (bench_llama(path, plen, steps, threads, bl, &f) < 0)
@@ -285,9 +304,10 @@ static void bench_pair(const char *path, int threads, double bw, double peak, do
         return;
     printf("  kiln / llama.cpp (best of %d alternating rounds): prompt %d tokens %.2fx, decode "
            "batch 1 %.2fx, batch 8 %.2fx, batch 16 %.2fx; by CPU time: prompt %.2fx, decode "
-           "batch 1 %.2fx\n", rounds, plen, ratio(kb.prompt, lb.prompt), ratio(kb.d1, lb.d1),
-           ratio(kb.d8, lb.d8), ratio(kb.d16, lb.d16), ratio(lb.pcpu, kb.pcpu),
-           ratio(lb.dcpu, kb.dcpu));
+           "batch 1 %.2fx, batch 8 %.2fx, batch 16 %.2fx\n", rounds, plen,
+           ratio(kb.prompt, lb.prompt), ratio(kb.d1, lb.d1), ratio(kb.d8, lb.d8),
+           ratio(kb.d16, lb.d16), ratio(lb.pcpu, kb.pcpu), ratio(lb.dcpu, kb.dcpu),
+           ratio(lb.c8, kb.c8), ratio(lb.c16, kb.c16));
 }
 
 int main(void)
@@ -326,8 +346,9 @@ int main(void)
         perror(dir);
         return 1;
     }
-    double bw = bench_read_bandwidth();
-    printf("memory read bandwidth: %.1f GB/s (one thread, plain loop)\n", bw);
+    double bwc, bw = bench_read_bandwidth(&bwc);
+    printf("memory read bandwidth: %.1f GB/s (one thread, plain loop); %.1f GB/s per CPU "
+           "second of the loop\n", bw, bwc);
     double peak = bench_peak_int8(kern_ops_select()->name);
     if (peak > 0.0)
         printf("peak int8 multiply-adds: %.1f GMAC/s per CPU second (%s path's dot "
@@ -360,7 +381,7 @@ int main(void)
         int hd = g.head_dim ? g.head_dim : g.dim / g.heads;
         double macs = (double)g.layers * ((double)g.dim * hd * (2 * g.heads + 2 * g.kv_heads) +
                                           3.0 * g.dim * g.ffn);
-        bench_pair(path, threads > 0 ? threads : 1, bw, peak, macs);
+        bench_pair(path, threads > 0 ? threads : 1, bw, bwc, peak, macs);
         fflush(stdout);
     }
     return 0;

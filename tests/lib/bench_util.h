@@ -7,8 +7,10 @@
 double bench_now(void);
 
 /* GB/s of a plain one-thread read loop over 512 MiB, the best of three; 0 when the buffer
- * cannot be allocated. */
-double bench_read_bandwidth(void);
+ * cannot be allocated. cpu_gbs, unless NULL, gets the same bytes over the loop's thread CPU
+ * seconds (best of three): what a thread reads while it runs, which other work time-sharing
+ * the machine lowers less than the wall-clock figure. */
+double bench_read_bandwidth(double *cpu_gbs);
 
 /* Billions of int8 multiply-adds per second of CPU time (so a machine shared with other
  * work does not lower it) one thread reaches with the instructions the
