@@ -2,7 +2,8 @@
  * for comparison. Weights rotate through enough copies (>= 256 MiB) that they stream from
  * DRAM, as in decode, rather than sit in the last-level cache.
  * KILN_KERNELS=scalar|avx2|avx512 limits the run to one set; KILN_BENCH_SEC sets the time
- * per measurement (default 0.25 s); KILN_BENCH_TYPES=q5_0,iq4_xs,... the weight types
+ * per measurement (default 0.25 s); each line gives wall-clock and process CPU ms per call
+ * (the steadier one on a shared machine); KILN_BENCH_TYPES=q5_0,iq4_xs,... the weight types
  * (default Q8_0 and Q4_K). */
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +19,13 @@ static double now_sec(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double cpu_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -115,18 +123,19 @@ static void bench_one(const struct kern_ops *k, const struct mats *m, int n_seq,
     struct kern_act X = {kern_act_type(m->t), m->x, m->cols, m->xstride};
     struct kern_mat W = {m->t, m->w, m->rows, m->cols, m->bytes / (size_t)m->rows};
     long calls = 0;
-    double t0 = now_sec(), dt;
+    double t0 = now_sec(), c0 = cpu_sec(), dt;
     do {
         W.data = m->w + m->bytes * (size_t)(calls % m->copies);
         k->matmul(&W, &X, n_seq, m->y, m->rows, 0, m->rows);
         calls++;
         dt = now_sec() - t0;
     } while (dt < budget);
+    double dc = cpu_sec() - c0;
     double gbs = (double)m->bytes * (double)calls / dt / 1e9;
     double gflops = 2.0 * m->rows * (double)m->cols * n_seq * (double)calls / dt / 1e9;
-    printf("%-6s %-4s %5dx%-5d n_seq %2d: %7.2f GB/s weights  %7.2f GFLOP/s  %8.3f ms/call\n",
-           k->name, quant_type_name(m->t), m->rows, m->cols, n_seq, gbs, gflops,
-           dt / (double)calls * 1e3);
+    printf("%-7s %-6s %5dx%-5d n_seq %2d: %7.2f GB/s weights  %7.2f GFLOP/s  %8.3f ms/call"
+           "  %8.3f CPU ms/call\n", k->name, quant_type_name(m->t), m->rows, m->cols, n_seq,
+           gbs, gflops, dt / (double)calls * 1e3, dc / (double)calls * 1e3);
     fflush(stdout);
 }
 
