@@ -1,7 +1,7 @@
 /* The AVX-512 (F/BW/VL/VNNI) kernel set: Q8_0, Q4_0, Q5_0 and IQ4_NL weights take two blocks
- * per 512-bit step with vpdpbusd (u8 x s8 -> s32 in one instruction), Q4_K and Q6_K 64 elements per
- * 512-bit maddubs+madd; float weights and the float kernels reuse the AVX2 code. Reached
- * only through kern_ops_get after a CPU check. As in the AVX2 set, a sequence's instruction
+ * per 512-bit step with vpdpbusd (u8 x s8 -> s32 in one instruction), Q4_K and Q6_K 64
+ * elements per 512-bit vpdpbusd + vpdpwssd (the sub-block scale); float weights and the float
+ * kernels reuse the AVX2 code. Reached only through kern_ops_get after a CPU check. As in the AVX2 set, a sequence's instruction
  * stream does not depend on how many sequences share the tile, so batching is bit-exact. */
 #include "kernels.h"
 
@@ -213,15 +213,15 @@ static AI void rows_i8(const char *w, size_t rb, const int R, const int kind, co
         tile_rows_i8(w, rb, R, kind, x + s * xs, xs, nb, 1, y + s * ys, ys);
 }
 
-/* Two rows of kind (each kind its own specialised copy). */
-static void rows2_i8(const char *w, size_t rb, int kind, const char *x, size_t xs, int n, int ns,
+/* Four rows of kind (each kind its own specialised copy). */
+static void rows4_i8(const char *w, size_t rb, int kind, const char *x, size_t xs, int n, int ns,
                      float *y, size_t ys)
 {
     switch (kind) {
-    case I8_Q8_0: rows_i8(w, rb, 2, I8_Q8_0, x, xs, n, ns, y, ys); break;
-    case I8_Q4_0: rows_i8(w, rb, 2, I8_Q4_0, x, xs, n, ns, y, ys); break;
-    case I8_Q5_0: rows_i8(w, rb, 2, I8_Q5_0, x, xs, n, ns, y, ys); break;
-    default: rows_i8(w, rb, 2, I8_IQ4_NL, x, xs, n, ns, y, ys); break;
+    case I8_Q8_0: rows_i8(w, rb, 4, I8_Q8_0, x, xs, n, ns, y, ys); break;
+    case I8_Q4_0: rows_i8(w, rb, 4, I8_Q4_0, x, xs, n, ns, y, ys); break;
+    case I8_Q5_0: rows_i8(w, rb, 4, I8_Q5_0, x, xs, n, ns, y, ys); break;
+    default: rows_i8(w, rb, 4, I8_IQ4_NL, x, xs, n, ns, y, ys); break;
     }
 }
 
@@ -232,122 +232,185 @@ static int i8_kind(enum ggml_type t)
          : t == GGML_TYPE_Q5_0 ? I8_Q5_0 : t == GGML_TYPE_IQ4_NL ? I8_IQ4_NL : -1;
 }
 
-/* Q4_K: chunk c's low and high nibbles are elements 64c..64c+63 in order, so one 512-bit
- * maddubs + madd covers two sub-blocks (int16 lanes 0-15 and 16-31). */
-static AI void tile_q4_k(const struct quant_block_q4_k *w, const char *x, size_t xs, int nb,
-                         const int S, float *y, size_t ys)
+/* Q4_K and Q6_K with vpdpbusd: each 32-bit lane's sum of four u8 x s8 products (at most
+ * 4 * 63 * 127 = 32004 in magnitude, so it is its low int16) is multiplied by its sub-block's
+ * scale by vpdpwssd against the scale zero-extended to 32 bits (the high int16, 0 or -1, meets
+ * a 0). The lanes hold the same sums the maddubs + madd form gave, so every bit of the result
+ * is as before. A tile is R weight rows (rb bytes apart) x S sequences: each block of each row
+ * is decoded once for the S sequences and each activation chunk loaded once for the R rows;
+ * the float steps for one (row, sequence) are the same whatever shares the tile. */
+
+/* Q4_K block b as four 64-byte vectors (chunk c's low nibbles are elements 64c..64c+31, its
+ * high nibbles 64c+32..64c+63: sub-blocks 2c and 2c+1) and the matching scale vectors. */
+static AI void q4_k_decode(const struct quant_block_q4_k *b, __m512i q[4], __m512i scv[4],
+                           __m256i *mv)
 {
     const __m256i low4 = _mm256_set1_epi8(15);
-    __m512 acc[4];
+    __m128i sc16, m16;
+    q4_k_scales(b->scales, &sc16, &m16);
+    __m512i sc32 = _mm512_cvtepu16_epi32(_mm256_castsi128_si256(sc16));
     _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        acc[k] = _mm512_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        __m128i sc16, m16;
-        q4_k_scales(w[i].scales, &sc16, &m16);
-        __m512i sc = _mm512_castsi128_si512(sc16), q[4], scv[4];
+    for (int c = 0; c < 4; c++) {
+        __m256i raw = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
+        q[c] = join(_mm256_and_si256(raw, low4), _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4));
+        scv[c] = _mm512_permutexvar_epi32(join(_mm256_set1_epi32(2 * c), _mm256_set1_epi32(2 * c + 1)),
+                                          sc32);
+    }
+    /* bsums k covers 16 elements; sub-block j is bsums 2j and 2j+1 */
+    *mv = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
+}
+
+static AI __m512i k_dot(const __m512i q[4], const __m512i scv[4], const __m512i xv[4],
+                        __m512i isum)
+{
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < 4; c++)
+        isum = _mm512_dpwssd_epi32(isum, _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[c], xv[c]),
+                                   scv[c]);
+    return isum;
+}
+
+static AI void tile_q4_k(const char *w, size_t rb, const int R, const char *x, size_t xs,
+                         int nb, const int S, float *y, size_t ys)
+{
+    __m512 acc[2][4];
+    _Pragma("GCC unroll 2")
+    for (int r = 0; r < R; r++) {
         _Pragma("GCC unroll 4")
-        for (int c = 0; c < 4; c++) {
-            __m256i raw = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * c));
-            q[c] = join(_mm256_and_si256(raw, low4),
-                        _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4));
-            __m512i idx = join(_mm256_set1_epi16((short)(2 * c)),
-                               _mm256_set1_epi16((short)(2 * c + 1)));
-            scv[c] = _mm512_permutexvar_epi16(idx, sc);
+        for (int k = 0; k < S; k++)
+            acc[r][k] = _mm512_setzero_ps();
+    }
+    for (int i = 0; i < nb; i++) {
+        __m512i q[2][4], scv[2][4];
+        __m256i mv[2];
+        float d[2], dmin[2];
+        _Pragma("GCC unroll 2")
+        for (int r = 0; r < R; r++) {
+            const struct quant_block_q4_k *b = (const struct quant_block_q4_k *)(w + r * rb) + i;
+            q4_k_decode(b, q[r], scv[r], &mv[r]);
+            d[r] = _cvtsh_ss(b->d);
+            dmin[r] = _cvtsh_ss(b->dmin);
         }
-        __m256i mv = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
-        float d = _cvtsh_ss(w[i].d), dmin = _cvtsh_ss(w[i].dmin);
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
-            __m512i isum = _mm512_setzero_si512();
+            __m512i xv[4];
             _Pragma("GCC unroll 4")
-            for (int c = 0; c < 4; c++) {
-                __m512i p = _mm512_maddubs_epi16(q[c], _mm512_loadu_si512(a->qs + 64 * c));
-                isum = _mm512_add_epi32(isum, _mm512_madd_epi16(p, scv[c]));
-            }
+            for (int c = 0; c < 4; c++)
+                xv[c] = _mm512_loadu_si512(a->qs + 64 * c);
             __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
-            __m256 ms = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mv));
-            acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(d * a->d), _mm512_cvtepi32_ps(isum), acc[k]);
-            acc[k] = _mm512_fnmadd_ps(_mm512_set1_ps(dmin * a->d), _mm512_zextps256_ps512(ms),
-                                      acc[k]);
+            _Pragma("GCC unroll 2")
+            for (int r = 0; r < R; r++) {
+                __m512i isum = k_dot(q[r], scv[r], xv, _mm512_setzero_si512());
+                __m256 ms = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mv[r]));
+                acc[r][k] = _mm512_fmadd_ps(_mm512_set1_ps(d[r] * a->d), _mm512_cvtepi32_ps(isum),
+                                            acc[r][k]);
+                acc[r][k] = _mm512_fnmadd_ps(_mm512_set1_ps(dmin[r] * a->d),
+                                             _mm512_zextps256_ps512(ms), acc[r][k]);
+            }
         }
     }
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        y[k * ys] = hsum16(acc[k]);
+    _Pragma("GCC unroll 2")
+    for (int r = 0; r < R; r++) {
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++)
+            y[k * ys + r] = hsum16(acc[r][k]);
+    }
 }
 
-/* Q6_K: 64 elements (four sub-blocks of 16) per 512-bit maddubs + madd. */
-static AI void tile_q6_k(const struct quant_block_q6_k *w, const char *x, size_t xs, int nb,
-                         const int S, float *y, size_t ys)
+/* Q6_K block b as four 64-byte vectors of codes + 32 (0..63; vector j holds sub-blocks
+ * 4j..4j+3 of 16 elements each) and the matching scale vectors; sc16 the 16 scales. */
+static AI void q6_k_decode(const struct quant_block_q6_k *b, __m512i q[4], __m512i scv[4],
+                           __m256i *sc16)
 {
     const __m256i low4 = _mm256_set1_epi8(15), hi2 = _mm256_set1_epi8(0x30);
-    const __m512i quarter = join(_mm256_set_m128i(_mm_set1_epi16(1), _mm_set1_epi16(0)),
-                                 _mm256_set_m128i(_mm_set1_epi16(3), _mm_set1_epi16(2)));
-    __m512 acc[4];
+    _Pragma("GCC unroll 2")
+    for (int h = 0; h < 2; h++) {
+        __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+        __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+        __m256i p0 = _mm256_or_si256(_mm256_and_si256(l0, low4),
+                                     _mm256_and_si256(_mm256_slli_epi16(qh, 4), hi2));
+        __m256i p1 = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                                     _mm256_and_si256(_mm256_slli_epi16(qh, 2), hi2));
+        __m256i p2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                                     _mm256_and_si256(qh, hi2));
+        __m256i p3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                     _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2));
+        q[2 * h] = join(p0, p1);
+        q[2 * h + 1] = join(p2, p3);
+    }
+    *sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+    /* each scale's int16 bits zero-extended: the high int16 of each lane is 0 */
+    __m512i sc32 = _mm512_cvtepu16_epi32(*sc16);
+    const __m512i quarter = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        acc[k] = _mm512_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        __m512i q[4], scv[4];
-        _Pragma("GCC unroll 2")
-        for (int h = 0; h < 2; h++) {
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h));
-            __m256i l1 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h + 32));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));
-            __m256i p0 = _mm256_or_si256(_mm256_and_si256(l0, low4),
-                                         _mm256_and_si256(_mm256_slli_epi16(qh, 4), hi2));
-            __m256i p1 = _mm256_or_si256(_mm256_and_si256(l1, low4),
-                                         _mm256_and_si256(_mm256_slli_epi16(qh, 2), hi2));
-            __m256i p2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                                         _mm256_and_si256(qh, hi2));
-            __m256i p3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                         _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2));
-            q[2 * h] = join(p0, p1);
-            q[2 * h + 1] = join(p2, p3);
-        }
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
-        __m512i sc = _mm512_castsi256_si512(sc16);
+    for (int j = 0; j < 4; j++)
+        scv[j] = _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(4 * j)),
+                                          sc32);
+}
+
+static AI void tile_q6_k(const char *w, size_t rb, const int R, const char *x, size_t xs,
+                         int nb, const int S, float *y, size_t ys)
+{
+    __m512 acc[2][4];
+    _Pragma("GCC unroll 2")
+    for (int r = 0; r < R; r++) {
         _Pragma("GCC unroll 4")
-        for (int j = 0; j < 4; j++)
-            scv[j] = _mm512_permutexvar_epi16(
-                _mm512_add_epi16(quarter, _mm512_set1_epi16((short)(4 * j))), sc);
-        float d = _cvtsh_ss(w[i].d);
+        for (int k = 0; k < S; k++)
+            acc[r][k] = _mm512_setzero_ps();
+    }
+    for (int i = 0; i < nb; i++) {
+        __m512i q[2][4], scv[2][4];
+        __m256i sc16[2];
+        float d[2];
+        _Pragma("GCC unroll 2")
+        for (int r = 0; r < R; r++) {
+            const struct quant_block_q6_k *b = (const struct quant_block_q6_k *)(w + r * rb) + i;
+            q6_k_decode(b, q[r], scv[r], &sc16[r]);
+            d[r] = _cvtsh_ss(b->d);
+        }
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
-            __m512i isum = _mm512_setzero_si512();
+            __m512i xv[4];
             _Pragma("GCC unroll 4")
-            for (int j = 0; j < 4; j++) {
-                __m512i p = _mm512_maddubs_epi16(q[j], _mm512_loadu_si512(a->qs + 64 * j));
-                isum = _mm512_add_epi32(isum, _mm512_madd_epi16(p, scv[j]));
-            }
-            /* q was stored +32: subtract 32 * sum_k sc_k * bsum_k */
+            for (int c = 0; c < 4; c++)
+                xv[c] = _mm512_loadu_si512(a->qs + 64 * c);
             __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
-            __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5);
-            isum = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(off));
-            acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(d * a->d), _mm512_cvtepi32_ps(isum), acc[k]);
+            _Pragma("GCC unroll 2")
+            for (int r = 0; r < R; r++) {
+                /* q was stored +32: subtract 32 * sum_k sc_k * bsum_k */
+                __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16[r]), 5);
+                __m512i isum = k_dot(q[r], scv[r], xv, _mm512_setzero_si512());
+                isum = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(off));
+                acc[r][k] = _mm512_fmadd_ps(_mm512_set1_ps(d[r] * a->d), _mm512_cvtepi32_ps(isum),
+                                            acc[r][k]);
+            }
         }
     }
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        y[k * ys] = hsum16(acc[k]);
+    _Pragma("GCC unroll 2")
+    for (int r = 0; r < R; r++) {
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++)
+            y[k * ys + r] = hsum16(acc[r][k]);
+    }
 }
 
-#define ROW_K(name, tile)                                                                      \
-    static void name(const void *w, const char *x, size_t xs, int n, int ns, float *y,         \
-                     size_t ys)                                                                \
+/* R rows of a K tile against ns sequences, four at a time. */
+#define ROWS_K(name, tile, R)                                                                  \
+    static void name(const char *w, size_t rb, const char *x, size_t xs, int n, int ns,       \
+                     float *y, size_t ys)                                                      \
     {                                                                                          \
         int s = 0;                                                                             \
         for (; s + 4 <= ns; s += 4)                                                            \
-            tile(w, x + s * xs, xs, n / QUANT_QK_K, 4, y + s * ys, ys);                        \
+            tile(w, rb, R, x + s * xs, xs, n / QUANT_QK_K, 4, y + s * ys, ys);                 \
         for (; s < ns; s++)                                                                    \
-            tile(w, x + s * xs, xs, n / QUANT_QK_K, 1, y + s * ys, ys);                        \
+            tile(w, rb, R, x + s * xs, xs, n / QUANT_QK_K, 1, y + s * ys, ys);                 \
     }
 
-ROW_K(row_q4_k, tile_q4_k)
-ROW_K(row_q6_k, tile_q6_k)
+ROWS_K(rows1_q4_k, tile_q4_k, 1)
+ROWS_K(rows1_q6_k, tile_q6_k, 1)
 
 static void avx512_matmul(const struct kern_mat *W, const struct kern_act *X, int n_seq,
                           float *Y, int y_stride, int row_begin, int row_end)
@@ -376,14 +439,15 @@ static void avx512_matmul(const struct kern_mat *W, const struct kern_act *X, in
         int ns = n_seq - s0 < chunk ? n_seq - s0 : chunk;
         const char *xs0 = xd + (size_t)s0 * X->stride;
         int r = row_begin;
-        /* Q8_0/Q4_0 with more than four sequences: rows two at a time (tile_i8 gives the
-         * same bits). Measured in the model at one thread: up to four sequences one row at a
-         * time streams the weights faster (SmolLM batch 4: 11 ms/step vs 20 with pairs);
-         * from eight, pairs win (batch 16: 38-42 vs 45 ms/step); four rows at a time lost
-         * (batch 8: 34-45 vs 21-25 ms/step). */
-        if (kind >= 0 && ns > 4) {
-            for (; r + 2 <= row_end; r += 2)
-                rows2_i8(wd + (size_t)r * W->row_bytes, W->row_bytes, kind, xs0, X->stride,
+        /* i8 kinds four rows at a time (tile_i8 gives the same bits): each activation block
+         * is loaded, offset and its scale converted once for four rows. By process CPU time
+         * at one thread (bench_kernels, 2048x5632 and 5632x2048) fours beat pairs by 15-25%
+         * for Q8_0 at 4, 8 and 16 sequences and by 5-15% for IQ4_NL, and at one sequence
+         * neither lost to single rows. Pairs of Q4_K/Q6_K rows (tile_q4_k/tile_q6_k with
+         * R = 2) gained nothing over single rows there, so those run one row at a time. */
+        if (kind >= 0) {
+            for (; r + 4 <= row_end; r += 4)
+                rows4_i8(wd + (size_t)r * W->row_bytes, W->row_bytes, kind, xs0, X->stride,
                          X->n, ns, Y + (size_t)s0 * y_stride + r, (size_t)y_stride);
         }
         for (; r < row_end; r++) {
@@ -398,9 +462,9 @@ static void avx512_matmul(const struct kern_mat *W, const struct kern_act *X, in
             else if (kind == I8_IQ4_NL)
                 row_i8(row, I8_IQ4_NL, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
             else if (t == GGML_TYPE_Q4_K)
-                row_q4_k(row, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
+                rows1_q4_k(row, W->row_bytes, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
             else
-                row_q6_k(row, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
+                rows1_q6_k(row, W->row_bytes, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
         }
     }
 }
