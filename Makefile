@@ -42,6 +42,8 @@ BENCHES= $(patsubst tests/%.c,$(B)/tests/%,$(BENCH_SRC))
 # SIMD kernels get their instruction sets per file; the choice is made at run time
 $(B)/obj/worker/kernels_avx2.o:   override CFLAGS += -mavx2 -mfma -mf16c
 $(B)/obj/worker/kernels_avx2_ext.o: override CFLAGS += -mavx2 -mfma -mf16c
+$(B)/obj/worker/kernels_avxvnni.o: override CFLAGS += -mavx2 -mfma -mf16c -mavxvnni
+$(B)/obj/worker/kernels_avxvnni_ext.o: override CFLAGS += -mavx2 -mfma -mf16c -mavxvnni
 $(B)/obj/worker/kernels_avx512.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl \
                                    -mavx512vnni -mavx2 -mfma -mf16c
 $(B)/obj/worker/kernels_avx512_ext.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl \

@@ -210,6 +210,37 @@ static void test_kernels_avx512_matmul_matches_scalar(void **state)
     check_set_vs_scalar(KERN_SET_AVX512);
 }
 
+static void test_kernels_avxvnni_matmul_matches_scalar(void **state)
+{
+    (void)state;
+    check_set_vs_scalar(KERN_SET_AVXVNNI);
+}
+
+/* vpdpbusd/vpdpwssd give the integer sums maddubs + madd give, in the same lanes, and the
+ * float steps are the avx2 set's: the same bits for every type, row and sequence. */
+static void test_kernels_avxvnni_matmul_equals_avx2_bit_for_bit(void **state)
+{
+    (void)state;
+    const struct kern_ops *k = kern_ops_get(KERN_SET_AVXVNNI), *ref = kern_ops_get(KERN_SET_AVX2);
+    if (!k)
+        skip();
+    for (size_t ti = 0; ti < N_WTYPES; ti++) {
+        int cols[5], nc;
+        cols_for(wtypes[ti], cols, &nc);
+        for (int ci = 0; ci < nc; ci++) {
+            struct problem p;
+            problem_init(&p, wtypes[ti], 13, cols[ci], 13, 41u + (unsigned)ti);
+            float *y = run(k, &p, 13, 0, 0, 13), *yr = run(ref, &p, 13, 0, 0, 13);
+            if (memcmp(y, yr, sizeof(float) * 13 * 13) != 0)
+                fail_msg("%s cols %d: avxvnni differs from avx2", quant_type_name(p.t),
+                         p.cols);
+            free(y);
+            free(yr);
+            problem_free(&p);
+        }
+    }
+}
+
 /* One sequence alone, in a batch of 8 or 13, or with the rows split across two calls: the
  * same float bits. */
 static void check_batch_independent(enum kern_set set)
@@ -336,6 +367,18 @@ static void test_kernels_avx512_gemm_matches_scalar_and_batching_changes_nothing
     check_gemm(KERN_SET_AVX512);
 }
 
+static void test_kernels_avxvnni_gemm_matches_scalar_and_batching_changes_nothing(void **state)
+{
+    (void)state;
+    check_gemm(KERN_SET_AVXVNNI);
+}
+
+static void test_kernels_avxvnni_batching_changes_nothing(void **state)
+{
+    (void)state;
+    check_batch_independent(KERN_SET_AVXVNNI);
+}
+
 static void near(float a, float b, double tol, const char *what, int n)
 {
     if (!(fabs((double)a - b) <= tol))
@@ -409,6 +452,12 @@ static void test_kernels_avx512_float_kernels_match_scalar(void **state)
 {
     (void)state;
     check_float_kernels(KERN_SET_AVX512);
+}
+
+static void test_kernels_avxvnni_float_kernels_match_scalar(void **state)
+{
+    (void)state;
+    check_float_kernels(KERN_SET_AVXVNNI);
 }
 
 static void test_kernels_scalar_float_kernels_known_values(void **state)
@@ -548,11 +597,18 @@ static void test_kernels_select_honours_env(void **state)
     setenv("KILN_KERNELS", "avx2", 1);
     k = kern_ops_select();
     assert_ptr_equal(k, kern_ops_get(KERN_SET_AVX2)); /* NULL where the CPU lacks it */
+    setenv("KILN_KERNELS", "avxvnni", 1);
+    k = kern_ops_select();
+    assert_ptr_equal(k, kern_ops_get(KERN_SET_AVXVNNI));
+    if (k)
+        assert_string_equal(k->name, "avxvnni");
     unsetenv("KILN_KERNELS");
     k = kern_ops_select();
     assert_non_null(k);
     if (kern_ops_get(KERN_SET_AVX512))
         assert_string_equal(k->name, "avx512");
+    else if (kern_ops_get(KERN_SET_AVXVNNI))
+        assert_string_equal(k->name, "avxvnni");
 }
 
 static void test_kernels_act_sizes_follow_weight_type(void **state)
@@ -585,14 +641,19 @@ int main(void)
         cmocka_unit_test(test_kernels_scalar_matmul_matches_float_reference),
         cmocka_unit_test(test_kernels_avx2_matmul_matches_scalar),
         cmocka_unit_test(test_kernels_avx512_matmul_matches_scalar),
+        cmocka_unit_test(test_kernels_avxvnni_matmul_matches_scalar),
+        cmocka_unit_test(test_kernels_avxvnni_matmul_equals_avx2_bit_for_bit),
         cmocka_unit_test(test_kernels_scalar_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx2_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx512_batching_changes_nothing),
         cmocka_unit_test(test_kernels_scalar_gemm_matches_scalar_and_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx2_gemm_matches_scalar_and_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx512_gemm_matches_scalar_and_batching_changes_nothing),
+        cmocka_unit_test(test_kernels_avxvnni_gemm_matches_scalar_and_batching_changes_nothing),
+        cmocka_unit_test(test_kernels_avxvnni_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx2_float_kernels_match_scalar),
         cmocka_unit_test(test_kernels_avx512_float_kernels_match_scalar),
+        cmocka_unit_test(test_kernels_avxvnni_float_kernels_match_scalar),
         cmocka_unit_test(test_kernels_scalar_float_kernels_known_values),
         cmocka_unit_test(test_kernels_rope_rotates_pairs_by_position),
         cmocka_unit_test(test_kernels_rope_factors_slow_each_pair),

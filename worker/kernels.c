@@ -479,6 +479,11 @@ static int cpu_has_avx2(void)
            __builtin_cpu_supports("avx"); /* f16c ships with every avx2 CPU */
 }
 
+static int cpu_has_avxvnni(void)
+{
+    return cpu_has_avx2() && __builtin_cpu_supports("avxvnni");
+}
+
 static int cpu_has_avx512(void)
 {
     return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
@@ -493,6 +498,8 @@ const struct kern_ops *kern_ops_get(enum kern_set set)
         return &scalar_ops;
     case KERN_SET_AVX2:
         return cpu_has_avx2() ? kern_ops_avx2_table() : NULL;
+    case KERN_SET_AVXVNNI:
+        return cpu_has_avxvnni() ? kern_ops_avxvnni_table() : NULL;
     case KERN_SET_AVX512:
         return cpu_has_avx512() ? kern_ops_avx512_table() : NULL;
     }
@@ -509,11 +516,15 @@ const struct kern_ops *kern_ops_select(void)
             return kern_ops_get(KERN_SET_SCALAR);
         if (strcmp(env, "avx2") == 0)
             return kern_ops_get(KERN_SET_AVX2);
+        if (strcmp(env, "avxvnni") == 0)
+            return kern_ops_get(KERN_SET_AVXVNNI);
         if (strcmp(env, "avx512") == 0)
             return kern_ops_get(KERN_SET_AVX512);
         return NULL;
     }
     if ((k = kern_ops_get(KERN_SET_AVX512)))
+        return k;
+    if ((k = kern_ops_get(KERN_SET_AVXVNNI)))
         return k;
     if ((k = kern_ops_get(KERN_SET_AVX2)))
         return k;

@@ -49,7 +49,7 @@ int kern_quantize_act(enum ggml_type wtype, const float *restrict x, int n, void
 
 /* Per instruction set. All pointers are set in every table. */
 struct kern_ops {
-    const char *name; /* "scalar", "avx2", "avx512" */
+    const char *name; /* "scalar", "avx2", "avxvnni", "avx512" */
 
     /* Y[s * y_stride + r] = dot(W row r, X vector s) for r in [row_begin, row_end) and
      * s in [0, n_seq). X->type must be kern_act_type(W->type) and X->n == W->cols.
@@ -96,13 +96,15 @@ struct kern_ops {
 enum kern_set {
     KERN_SET_SCALAR,
     KERN_SET_AVX2,
+    KERN_SET_AVXVNNI,
     KERN_SET_AVX512,
 };
 
 /* The table for set, or NULL when this CPU lacks what it needs (avx2: avx2+fma+f16c;
- * avx512: avx512f+bw+vl+vnni and the avx2 set). */
+ * avxvnni: the avx2 set and AVX-VNNI; avx512: avx512f+bw+vl+vnni and the avx2 set). */
 const struct kern_ops *kern_ops_get(enum kern_set set);
-/* The best table for this CPU, unless env KILN_KERNELS=scalar|avx2|avx512 names one (an
+/* The best table for this CPU (avx512, else avxvnni, else avx2, else scalar), unless env
+ * KILN_KERNELS=scalar|avx2|avxvnni|avx512 names one (an
  * unknown or unsupported name gives NULL, so a benchmark never runs a set silently
  * replaced). Call once at load and keep the pointer. */
 const struct kern_ops *kern_ops_select(void);
@@ -135,9 +137,10 @@ static inline void kern_matmul(const struct kern_ops *k, const struct kern_mat *
     k->matmul(W, X, n_seq, Y, y_stride, row_begin, row_end);
 }
 
-/* Internal: the tables of kernels_avx2.c and kernels_avx512.c (built with their flags; call
- * only after checking the CPU, through kern_ops_get). */
+/* Internal: the tables of kernels_avx2.c, kernels_avxvnni.c and kernels_avx512.c (built with
+ * their flags; call only after checking the CPU, through kern_ops_get). */
 const struct kern_ops *kern_ops_avx2_table(void);
+const struct kern_ops *kern_ops_avxvnni_table(void);
 const struct kern_ops *kern_ops_avx512_table(void);
 /* Internal: number of sequences matmul takes per pass over the weights for vectors of
  * act_bytes each (a multiple of 4, >= 4). */
@@ -148,11 +151,15 @@ int kern_seq_chunk(size_t act_bytes);
 typedef void (*kern_row_fn)(const void *w, const char *x, size_t xs, int n, int ns, float *y,
                             size_t ys);
 kern_row_fn kern_avx2_ext_row(enum ggml_type t);
+/* The same for the AVX-VNNI set (kernels_avxvnni_ext.c). */
+kern_row_fn kern_avxvnni_ext_row(enum ggml_type t);
 /* The same for the AVX-512 set (kernels_avx512_ext.c). */
 kern_row_fn kern_avx512_ext_row(enum ggml_type t);
 /* Internal: AVX2 kernels the AVX-512 set reuses where 512-bit code would not be faster. */
 void kern_avx2_matmul(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
                       int y_stride, int row_begin, int row_end);
+void kern_avxvnni_matmul(const struct kern_mat *W, const struct kern_act *X, int n_seq,
+                         float *Y, int y_stride, int row_begin, int row_end);
 float kern_avx2_dot_f32(const float *a, const float *b, int n);
 float kern_avx2_dot_f16(const uint16_t *a, const float *b, int n);
 void kern_avx2_axpy_f32(float *restrict y, float alpha, const float *restrict x, int n);

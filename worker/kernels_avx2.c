@@ -1,6 +1,8 @@
 /* The AVX2+FMA+F16C kernel set. Integer dot products use maddubs (unsigned x signed bytes)
  * + madd; float types use FMA. Built with -mavx2 -mfma -mf16c: reached only through
- * kern_ops_get after a CPU check. Every (row, sequence) dot runs the same instruction
+ * kern_ops_get after a CPU check. kernels_avxvnni.c builds this file again with -mavxvnni
+ * as the avxvnni set: the integer dots (kernels_simd.h's dot_u8s8*) become vpdpbusd and
+ * vpdpwssd with the same sums, so the two sets give the same bits. Every (row, sequence) dot runs the same instruction
  * sequence whether it is computed alone or in a tile of 4 sequences, so batching never
  * changes a result bit. */
 #include "kernels.h"
@@ -24,11 +26,10 @@ static AI __m256i q4_0_signed(const struct quant_block_q4_0 *b)
 }
 
 /* 8 partial sums of w . x as floats: the sign of w moves onto x so maddubs sees |w|. */
-static AI __m256 i8_dot(__m256i aw, __m256i qw, const int8_t *x, __m256i ones)
+static AI __m256 i8_dot(__m256i aw, __m256i qw, const int8_t *x)
 {
     __m256i qx = _mm256_loadu_si256((const __m256i *)x);
-    __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, qw));
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+    return _mm256_cvtepi32_ps(dot_u8s8(aw, _mm256_sign_epi8(qx, qw)));
 }
 
 /* ---- one weight row against S activation vectors (x, x + xs, ...); y[k * ys] ---- */
@@ -36,7 +37,6 @@ static AI __m256 i8_dot(__m256i aw, __m256i qw, const int8_t *x, __m256i ones)
 static AI void tile_q8_0(const struct quant_block_q8_0 *w, const char *x, size_t xs, int nb,
                          const int S, float *y, size_t ys)
 {
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc0[4], acc1[4];
     int i = 0;
     _Pragma("GCC unroll 4")
@@ -52,9 +52,9 @@ static AI void tile_q8_0(const struct quant_block_q8_0 *w, const char *x, size_t
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)(x + k * xs) + i;
             acc0[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * f16(b[0].d)),
-                                      i8_dot(aw0, qw0, b[0].qs, ones), acc0[k]);
+                                      i8_dot(aw0, qw0, b[0].qs), acc0[k]);
             acc1[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw1 * f16(b[1].d)),
-                                      i8_dot(aw1, qw1, b[1].qs, ones), acc1[k]);
+                                      i8_dot(aw1, qw1, b[1].qs), acc1[k]);
         }
     }
     if (i < nb) {
@@ -65,7 +65,7 @@ static AI void tile_q8_0(const struct quant_block_q8_0 *w, const char *x, size_t
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)(x + k * xs) + i;
             acc0[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * f16(b[0].d)),
-                                      i8_dot(aw0, qw0, b[0].qs, ones), acc0[k]);
+                                      i8_dot(aw0, qw0, b[0].qs), acc0[k]);
         }
     }
     _Pragma("GCC unroll 4")
@@ -76,7 +76,6 @@ static AI void tile_q8_0(const struct quant_block_q8_0 *w, const char *x, size_t
 static AI void tile_q4_0(const struct quant_block_q4_0 *w, const char *x, size_t xs, int nb,
                          const int S, float *y, size_t ys)
 {
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc0[4], acc1[4];
     int i = 0;
     _Pragma("GCC unroll 4")
@@ -92,9 +91,9 @@ static AI void tile_q4_0(const struct quant_block_q4_0 *w, const char *x, size_t
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)(x + k * xs) + i;
             acc0[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * f16(b[0].d)),
-                                      i8_dot(aw0, qw0, b[0].qs, ones), acc0[k]);
+                                      i8_dot(aw0, qw0, b[0].qs), acc0[k]);
             acc1[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw1 * f16(b[1].d)),
-                                      i8_dot(aw1, qw1, b[1].qs, ones), acc1[k]);
+                                      i8_dot(aw1, qw1, b[1].qs), acc1[k]);
         }
     }
     if (i < nb) {
@@ -105,7 +104,7 @@ static AI void tile_q4_0(const struct quant_block_q4_0 *w, const char *x, size_t
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)(x + k * xs) + i;
             acc0[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * f16(b[0].d)),
-                                      i8_dot(aw0, qw0, b[0].qs, ones), acc0[k]);
+                                      i8_dot(aw0, qw0, b[0].qs), acc0[k]);
         }
     }
     _Pragma("GCC unroll 4")
@@ -144,9 +143,7 @@ static AI void tile_q4_k(const struct quant_block_q4_k *w, const char *x, size_t
             for (int k = 0; k < S; k++) {
                 __m256i x0 = _mm256_loadu_si256((const __m256i *)(a[k]->qs + 64 * c));
                 __m256i x1 = _mm256_loadu_si256((const __m256i *)(a[k]->qs + 64 * c + 32));
-                __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q0, x0), s0);
-                __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(q1, x1), s1);
-                isum[k] = _mm256_add_epi32(isum[k], _mm256_add_epi32(p0, p1));
+                isum[k] = dot_u8s8_scaled(dot_u8s8_scaled(isum[k], q0, x0, s0), q1, x1, s1);
             }
         }
         /* bsums k covers 16 elements; sub-block j is bsums 2j and 2j+1 */
@@ -208,8 +205,7 @@ static AI void tile_q6_k(const struct quant_block_q6_k *w, const char *x, size_t
                 _Pragma("GCC unroll 4")
                 for (int k = 0; k < S; k++) {
                     __m256i qx = _mm256_loadu_si256((const __m256i *)(a[k]->qs + 128 * h + 32 * v));
-                    __m256i p = _mm256_maddubs_epi16(q, qx);
-                    isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(p, scv));
+                    isum[k] = dot_u8s8_scaled(isum[k], q, qx, scv);
                 }
             }
         }
@@ -309,8 +305,8 @@ ROW_FN(row_bf16, CALL_BF16)
 
 typedef kern_row_fn row_fn;
 
-void kern_avx2_matmul(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
-                      int y_stride, int row_begin, int row_end)
+void KSET(matmul)(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
+                  int y_stride, int row_begin, int row_end)
 {
     row_fn f;
     switch (W->type) {
@@ -336,7 +332,7 @@ void kern_avx2_matmul(const struct kern_mat *W, const struct kern_act *X, int n_
         f = row_bf16;
         break;
     default:
-        if (!(f = kern_avx2_ext_row(W->type)))
+        if (!(f = KSET(ext_row)(W->type)))
             __builtin_trap(); /* an unsupported type got past model load */
     }
     const char *wd = W->data, *xd = X->data;
@@ -349,7 +345,8 @@ void kern_avx2_matmul(const struct kern_mat *W, const struct kern_act *X, int n_
     }
 }
 
-/* ---- float kernels ---- */
+/* ---- float kernels (built once, in the avx2 set; the avxvnni set shares them) ---- */
+#ifndef __AVXVNNI__
 
 float kern_avx2_dot_f32(const float *a, const float *b, int n)
 {
@@ -436,16 +433,18 @@ void kern_avx2_add(float *restrict y, const float *restrict x, int n)
         y[i] += x[i];
 }
 
+#endif
+
 static void avx2_gemm(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
                       int y_stride, int row_begin, int row_end)
 {
     if (kern_gemm_avx2(W, X, n_seq, Y, y_stride, row_begin, row_end) < 0)
-        kern_avx2_matmul(W, X, n_seq, Y, y_stride, row_begin, row_end);
+        KSET(matmul)(W, X, n_seq, Y, y_stride, row_begin, row_end);
 }
 
-static const struct kern_ops avx2_ops = {
-    .name = "avx2",
-    .matmul = kern_avx2_matmul,
+static const struct kern_ops ops = {
+    .name = KSET_NAME,
+    .matmul = KSET(matmul),
     .gemm = avx2_gemm,
     .dot_f32 = kern_avx2_dot_f32,
     .dot_f16 = kern_avx2_dot_f16,
@@ -458,7 +457,7 @@ static const struct kern_ops avx2_ops = {
     .quantize_act = kern_quantize_act,
 };
 
-const struct kern_ops *kern_ops_avx2_table(void)
+const struct kern_ops *KSET_TABLE(void)
 {
-    return &avx2_ops;
+    return &ops;
 }

@@ -4,7 +4,9 @@
  * maddubs (unsigned x signed bytes) + madd, exact, so only the float accumulation order
  * differs from the scalar reference. As in kernels_avx2.c a sequence's instruction stream
  * does not depend on how many sequences share the tile: batching is bit-exact. Built with
- * -mavx2 -mfma -mf16c, reached only through the avx2/avx512 tables after a CPU check. */
+ * -mavx2 -mfma -mf16c, reached only through the avx2/avx512 tables after a CPU check; built
+ * again with -mavxvnni by kernels_avxvnni_ext.c for the avxvnni set (vpdpbusd/vpdpwssd for
+ * every type but IQ4_XS, whose four-product sums can exceed what vpdpwssd's int16 takes). */
 #include "kernels.h"
 
 #include <immintrin.h>
@@ -64,16 +66,15 @@ static AI __m256i b32_decode(const char *w, const enum b32_kind kind, int i, flo
 static AI void b32_step(const enum b32_kind kind, __m256i q, __m256i aq, float dw, float mw,
                         const struct quant_block_q8_0 *a, __m256 *acc, __m256 *accm)
 {
-    const __m256i ones = _mm256_set1_epi16(1), ones8 = _mm256_set1_epi8(1);
+    const __m256i ones8 = _mm256_set1_epi8(1);
     __m256i qx = _mm256_loadu_si256((const __m256i *)a->qs);
     float dx = f16(a->d);
     if (kind == B32_Q5_0 || kind == B32_IQ4_NL) {
-        __m256i p = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(qx, q));
-        *acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx),
-                               _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), *acc);
+        __m256i p = dot_u8s8(aq, _mm256_sign_epi8(qx, q));
+        *acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(p), *acc);
     } else {
-        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, qx), ones);
-        __m256i sx = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, qx), ones);
+        __m256i p = dot_u8s8(q, qx);
+        __m256i sx = dot_u8s8(ones8, qx);
         *acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(p), *acc);
         *accm = _mm256_fmadd_ps(_mm256_set1_ps(mw * dx), _mm256_cvtepi32_ps(sx), *accm);
     }
@@ -150,8 +151,7 @@ static AI void tile_q2_k(const struct quant_block_q2_k *w, const char *x, size_t
             _Pragma("GCC unroll 8")
             for (int v = 0; v < 8; v++) {
                 __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * v));
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[v], qx),
-                                                                scv[v]));
+                isum = dot_u8s8_scaled(isum, q[v], qx, scv[v]);
             }
             __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
             __m256 ms = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, m16));
@@ -214,8 +214,7 @@ static AI void tile_q3_k(const struct quant_block_q3_k *w, const char *x, size_t
             _Pragma("GCC unroll 8")
             for (int v = 0; v < 8; v++) {
                 __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * v));
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[v], qx),
-                                                                scv[v]));
+                isum = dot_u8s8_scaled(isum, q[v], qx, scv[v]);
             }
             __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
             isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 2));
@@ -261,8 +260,7 @@ static AI void tile_q5_k(const struct quant_block_q5_k *w, const char *x, size_t
             _Pragma("GCC unroll 8")
             for (int j = 0; j < 8; j++) {
                 __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * j));
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], qx),
-                                                                scv[j]));
+                isum = dot_u8s8_scaled(isum, q[j], qx, scv[j]);
             }
             __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
             __m256 ms = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mv));
@@ -343,7 +341,7 @@ ROW_FN(row_q3_k, CALL_Q3_K)
 ROW_FN(row_q5_k, CALL_Q5_K)
 ROW_FN(row_iq4_xs, CALL_IQ4_XS)
 
-kern_row_fn kern_avx2_ext_row(enum ggml_type t)
+kern_row_fn KSET(ext_row)(enum ggml_type t)
 {
     switch (t) {
     case GGML_TYPE_Q4_1: return row_q4_1;

@@ -13,6 +13,20 @@
 
 #define AI __attribute__((always_inline)) inline
 
+/* kernels_avx2.c and kernels_avx2_ext.c are built twice: as the avx2 set, and included by
+ * kernels_avxvnni*.c built with -mavxvnni, where dot_u8s8 and dot_u8s8_scaled below become
+ * vpdpbusd / vpdpwssd. KSET(name) is the name such a file exports in the set it is built
+ * for. */
+#ifdef __AVXVNNI__
+#define KSET(name)  kern_avxvnni_##name
+#define KSET_NAME   "avxvnni"
+#define KSET_TABLE  kern_ops_avxvnni_table
+#else
+#define KSET(name)  kern_avx2_##name
+#define KSET_NAME   "avx2"
+#define KSET_TABLE  kern_ops_avx2_table
+#endif
+
 /* The sum of the 8 floats of v. */
 static AI float hsum8(__m256 v)
 {
@@ -61,6 +75,33 @@ static AI __m256i nibbles(const uint8_t *qs)
 static AI __m256i iq4_table(void)
 {
     return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4_values));
+}
+
+/* The int32 lanes of the u8 x s8 products of u and s, summed in fours: vpdpbusd where the
+ * including file is built with AVX-VNNI, else maddubs + madd by ones (the same sums: callers
+ * keep u <= 128, so no pair saturates int16). */
+static AI __m256i dot_u8s8(__m256i u, __m256i s)
+{
+#ifdef __AVXVNNI__
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+/* acc + each int32 lane's four u8 x s8 products of u and s times the lane's scale, scv
+ * holding it twice as int16 (sc, sc): maddubs + madd by scv, or with AVX-VNNI vpdpbusd and
+ * vpdpwssd against (sc, 0). Exact both ways where u <= 64 (|s| <= 127): each four-product
+ * sum then fits int16, the low half vpdpwssd multiplies (Q2_K..Q6_K; not IQ4_XS's |w| up to
+ * 127). */
+static AI __m256i dot_u8s8_scaled(__m256i acc, __m256i u, __m256i s, __m256i scv)
+{
+#ifdef __AVXVNNI__
+    __m256i p = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+    return _mm256_dpwssd_avx_epi32(acc, p, _mm256_and_si256(scv, _mm256_set1_epi32(0xffff)));
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scv));
+#endif
 }
 
 #ifdef __AVX512F__
