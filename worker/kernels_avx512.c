@@ -62,6 +62,28 @@ static AI __m256i i8_weights(const void *w, const int kind, int i)
     return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
 }
 
+/* The 32 weights of block i of a 4- or 5-bit kind as unsigned codes u = w + i8_bias(kind):
+ * Q4_0's and Q5_0's stored codes, IQ4_NL's levels with the sign bit flipped (+128). */
+static AI __m256i i8_codes(const void *w, const int kind, int i)
+{
+    const uint8_t *qs = kind == I8_Q4_0   ? ((const struct quant_block_q4_0 *)w)[i].qs
+                      : kind == I8_Q5_0 ? ((const struct quant_block_q5_0 *)w)[i].qs
+                                        : ((const struct quant_block_iq4_nl *)w)[i].qs;
+    __m256i q = nibbles(qs);
+    if (kind == I8_IQ4_NL)
+        return _mm256_shuffle_epi8(_mm256_xor_si256(iq4_table(), _mm256_set1_epi8((char)0x80)), q);
+    if (kind == I8_Q4_0)
+        return q;
+    uint32_t h;
+    memcpy(&h, ((const struct quant_block_q5_0 *)w)[i].qh, sizeof h);
+    return _mm256_or_si256(q, _mm256_maskz_mov_epi8((__mmask32)h, _mm256_set1_epi8(0x10)));
+}
+
+static AI int i8_bias(const int kind)
+{
+    return kind == I8_Q4_0 ? 8 : kind == I8_Q5_0 ? 16 : 128;
+}
+
 /* The f16 scale of block i of a row of kind. */
 static AI uint16_t i8_scale(const void *w, const int kind, int i)
 {
@@ -129,12 +151,14 @@ static AI void row_i8(const void *w, const int kind, const char *x, size_t xs, i
         tile_i8(w, kind, x + s * xs, xs, nb, 1, y + s * ys, ys);
 }
 
-/* R adjacent weight rows (Q8_0 or Q4_0, rb bytes apart) against S Q8_0 activations: each
- * activation block is loaded, offset to unsigned (x + 128, an xor) and its scale converted
- * once for the R rows, and each weight block once for the S sequences. vpdpbusd then
- * multiplies x + 128 by the signed weights, starting from -128 * (sum of the weights of each
- * group of four), so each product sum is exactly tile_i8's, and so is every float operation
- * after it: results match tile_i8 bit for bit whatever rows and sequences share a tile. */
+/* R adjacent weight rows of an i8 kind (rb bytes apart) against S Q8_0 activations: each
+ * activation block is loaded and its scale converted once for the R rows, and each weight
+ * block decoded once for the S sequences. Q8_0: x is offset to unsigned (x + 128, an xor) and
+ * vpdpbusd multiplies it by the signed weights starting from -128 * (sum of the weights of
+ * each group of four), a per-row term. The 4- and 5-bit kinds multiply their unsigned codes
+ * w + c by the signed x starting from -c * (sum of x), a per-sequence term, so a row costs
+ * only its decode and the products. Each product sum is exactly tile_i8's, and so is every
+ * float operation after it: results match tile_i8 bit for bit whatever shares a tile. */
 static AI void tile_rows_i8(const char *w, size_t rb, const int R, const int kind, const char *x,
                             size_t xs, int nb, const int S, float *y, size_t ys)
 {
@@ -146,6 +170,32 @@ static AI void tile_rows_i8(const char *w, size_t rb, const int R, const int kin
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++)
             acc[r][k] = _mm512_setzero_ps();
+    }
+    for (; i + 2 <= nb && kind != I8_Q8_0; i += 2) {
+        __m512i qx[4], nx[4];
+        __m512 dx[4];
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++) {
+            const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)(x + k * xs) + i;
+            qx[k] = load2(b[0].qs, b[1].qs);
+            nx[k] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                                         _mm512_set1_epi8((char)i8_bias(kind)),
+                                                         qx[k]));
+            dx[k] = scales2(b[0].d, b[1].d);
+        }
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < R; r++) {
+            const char *wr = w + r * rb;
+            __m512i uw = join(i8_codes(wr, kind, i), i8_codes(wr, kind, i + 1));
+            __m512 dw = scales2(i8_scale(wr, kind, i), i8_scale(wr, kind, i + 1));
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < S; k++) {
+                __m512i p = _mm512_dpbusd_epi32(nx[k], uw, qx[k]);
+                __m512 d = _mm512_mul_ps(dw, dx[k]);
+                acc[r][k] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc[r][k]);
+            }
+        }
     }
     for (; i + 2 <= nb; i += 2) {
         __m512i ux[4];
