@@ -116,16 +116,9 @@ static void mm_go(struct llama *L, int n_jobs)
     threadpool_run(L->pool, mm_task, L, total);
 }
 
-/* Element offset of position off of a block's layer in kv_k / kv_v. */
-static size_t kv_at(const struct llama *L, uint32_t block, int layer, uint32_t off)
-{
-    return (((size_t)block * (size_t)L->c.n_layers + (size_t)layer) * KV_BLOCK + off) *
-           (size_t)L->c.kv_dim;
-}
-
 static size_t kv_index(const struct llama *L, int slot, int layer, int pos)
 {
-    return kv_at(L, kv_cache_block(L->kvc, slot, (uint32_t)pos), layer, (uint32_t)pos % KV_BLOCK);
+    return llama_kv_at(L, kv_cache_block(L->kvc, slot, (uint32_t)pos), layer, (uint32_t)pos % KV_BLOCK);
 }
 
 /* Row b: biases, per-head norms, RoPE at its position (the layer's table, or none), then its
@@ -221,7 +214,7 @@ static void attn_task(void *ctx, int task, int thread)
     round_f16(q, c->head_dim);
     for (int t = t0; t <= pos;) {
         int end = (t / KV_BLOCK + 1) * KV_BLOCK;
-        const uint16_t *kc = L->kv_k + kv_at(L, tab[t / KV_BLOCK], L->layer, (uint32_t)t % KV_BLOCK) + head;
+        const uint16_t *kc = L->kv_k + llama_kv_at(L, tab[t / KV_BLOCK], L->layer, (uint32_t)t % KV_BLOCK) + head;
         if (end > pos + 1)
             end = pos + 1;
         for (; t < end; t++, kc += kv_dim)
@@ -235,7 +228,7 @@ static void attn_task(void *ctx, int task, int thread)
     memset(out, 0, (size_t)c->head_dim * sizeof(float));
     for (int t = t0; t <= pos;) {
         int end = (t / KV_BLOCK + 1) * KV_BLOCK;
-        const uint16_t *vc = L->kv_v + kv_at(L, tab[t / KV_BLOCK], L->layer, (uint32_t)t % KV_BLOCK) + head;
+        const uint16_t *vc = L->kv_v + llama_kv_at(L, tab[t / KV_BLOCK], L->layer, (uint32_t)t % KV_BLOCK) + head;
         if (end > pos + 1)
             end = pos + 1;
         for (; t < end; t++, vc += kv_dim)
@@ -332,7 +325,10 @@ static void forward(struct llama *L, int n)
         mm_set(L, 2, &ly->wv, L->xb, L->vv, 0, 0, n);
         mm_go(L, 3);
         threadpool_run(L->pool, rope_store_task, L, n);
-        threadpool_run(L->pool, attn_task, L, n * c->n_heads);
+        if (L->attn_tiled)
+            llama_attn_run(L, n);
+        else
+            threadpool_run(L->pool, attn_task, L, n * c->n_heads);
         stage(L, attn_out_task, n, 0, NULL, NULL, act_need(&ly->wo));
         mm_set(L, 0, &ly->wo, L->ao, L->xb, 0, 0, n);
         mm_go(L, 1);
@@ -638,6 +634,9 @@ void model_llama_free(struct model *m)
     free(L->seg_seq);
     free(L->seg_row);
     free(L->seg_len);
+    free(L->tile_r0);
+    free(L->tile_n);
+    free(L->attn_scratch);
     free(L->row_tok);
     free(L->kv_k);
     free(L->kv_v);

@@ -3,6 +3,7 @@
 #ifndef MODEL_LLAMA_IMPL_H
 #define MODEL_LLAMA_IMPL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -137,6 +138,11 @@ struct llama {
     size_t act_row;      /* bytes of one quantized activation row, the widest input */
     int *row_slot, *row_pos, *row_of;
     int *seg_seq, *seg_row, *seg_len; /* (nb) a batched prefill pass: one run of rows each */
+    int *tile_r0, *tile_n; /* (nb) attn.c: the runs of rows one attention task takes */
+    float *attn_scratch;   /* (n_threads, attn_scratch_per) attn.c: keys as floats, scores */
+    size_t attn_scratch_per;
+    int attn_nh, attn_hchunks; /* attn.c, the run in progress: query heads per task */
+    bool attn_tiled;           /* llama_attn_tiled, decided at load */
     uint32_t *row_tok;   /* (nb) */
 
     /* The pool run in progress. */
@@ -150,6 +156,24 @@ struct llama {
 };
 
 extern const struct model_ops model_llama_ops;
+
+/* Element offset of position off of a block's layer in kv_k / kv_v. */
+static inline size_t llama_kv_at(const struct llama *L, uint32_t block, int layer, uint32_t off)
+{
+    return (((size_t)block * (size_t)L->c.n_layers + (size_t)layer) * KV_BLOCK + off) *
+           (size_t)L->c.kv_dim;
+}
+
+/* attn.c: queries one attention task takes at most. */
+#define ATTN_QMAX 16
+
+/* Whether llama_attn_run serves this engine (an x86 CPU with AVX2, FMA and F16C, and a
+ * kernel set other than scalar); else model_llama.c's per-row loop does. */
+bool llama_attn_tiled(const struct llama *L);
+
+/* The attention of layer L->layer for the forward's n rows (their queries in q, their keys
+ * and values already in the cache) into ao, on the pool. */
+void llama_attn_run(struct llama *L, int n);
 
 /* snprintf into err. */
 void model_llama_msg(char *err, size_t errlen, const char *fmt, ...)

@@ -405,6 +405,10 @@ static int alloc_state(struct llama *L, uint32_t max_seq, char *err, size_t errl
     ALLOC(L->seg_seq, nb);
     ALLOC(L->seg_row, nb);
     ALLOC(L->seg_len, nb);
+    ALLOC(L->tile_r0, nb);
+    ALLOC(L->tile_n, nb);
+    L->attn_scratch_per = (size_t)(KV_BLOCK + 1) * c->head_dim + (size_t)ATTN_QMAX * L->ctx;
+    ALLOC(L->attn_scratch, (size_t)L->n_threads * L->attn_scratch_per);
     ALLOC(L->row_tok, nb);
     for (int i = 0; i < MAX_MM_JOBS; i++)
         ok = ok && (L->act[i] = malloc(nb * L->act_row + 64)) != NULL;
@@ -453,6 +457,7 @@ struct model *model_llama_create(const char *path, const struct model_llama_opts
     L->nb = max_seq > MODEL_LLAMA_CHUNK ? (int)max_seq : MODEL_LLAMA_CHUNK;
     if (alloc_state(L, max_seq, err, errlen) < 0)
         goto fail;
+    L->attn_tiled = llama_attn_tiled(L);
     if (!(L->pool = threadpool_create(L->n_threads))) {
         msg(err, errlen, "cannot start %d threads: %s", L->n_threads, strerror(errno));
         goto fail;
