@@ -33,14 +33,22 @@ struct kv_cache_stats {
 struct kv_cache *kv_cache_create(uint32_t n_blocks, uint32_t n_slots, uint32_t max_ctx, int *err);
 void kv_cache_destroy(struct kv_cache *c);
 
+/* Positions the engine must copy at once: the first n of block src into block dst, every
+ * layer's keys and values (n 0: none). */
+struct kv_copy {
+    uint32_t src, dst, n;
+};
+
 /* Starts slot (which must be empty) for a prompt of n tokens that may grow to max_len
  * positions: links the longest run of indexed blocks the prompt starts with (when reuse; at
- * most n - 1 positions, so the last prompt token is always computed) and reserves the
- * blocks it may still need. Returns the positions linked (a multiple of KV_BLOCK), -EAGAIN
- * when the free and evictable blocks do not cover it now (nothing changed), or -ENOSPC when
- * the whole pool would not (nothing changed). */
+ * most n - 1 positions, so the last prompt token is always computed), then, when a cached
+ * block (an indexed one, or the partial last block of a finished sequence) continues the
+ * same history with the prompt's next tokens, gives the slot a fresh block holding those
+ * positions by copy (*cp), and reserves the blocks it may still need. Returns the positions
+ * reused, -EAGAIN when the free and evictable blocks do not cover it now (nothing changed),
+ * or -ENOSPC when the whole pool would not (nothing changed). */
 int kv_cache_begin(struct kv_cache *c, int slot, const uint32_t *prompt, uint32_t n,
-                   uint32_t max_len, bool reuse);
+                   uint32_t max_len, bool reuse, struct kv_copy *cp);
 
 /* Makes sure slot has blocks for positions [len, len + n): within its reservation always,
  * past it only from blocks no other slot reserved. Returns 0 or -ENOSPC. */
@@ -53,7 +61,8 @@ void kv_cache_commit(struct kv_cache *c, int slot, const uint32_t *tokens, uint3
 /* Positions slot holds. */
 uint32_t kv_cache_len(const struct kv_cache *c, int slot);
 
-/* Releases slot's blocks (full ones stay indexed) and its reservation. Empty slots: no-op. */
+/* Releases slot's blocks (full ones stay indexed, a partial last one is kept for copies
+ * until space is needed) and its reservation. Empty slots: no-op. */
 void kv_cache_end(struct kv_cache *c, int slot);
 
 void kv_cache_get_stats(const struct kv_cache *c, struct kv_cache_stats *st);

@@ -389,6 +389,7 @@ static int llama_seq_begin(struct model *m, int slot, const uint32_t *prompt, ui
                            uint32_t max_len, int reuse)
 {
     struct llama *L = (struct llama *)m;
+    struct kv_copy cp;
     int rc;
 
     if ((rc = check_slot(L, slot, m->error, sizeof(m->error))) < 0)
@@ -401,7 +402,12 @@ static int llama_seq_begin(struct model *m, int slot, const uint32_t *prompt, ui
     if (max_len > L->ctx)
         max_len = L->ctx;
     llama_seq_free(m, slot);
-    rc = kv_cache_begin(L->kvc, slot, prompt, n, max_len, reuse != 0);
+    rc = kv_cache_begin(L->kvc, slot, prompt, n, max_len, reuse != 0, &cp);
+    for (int l = 0; rc >= 0 && cp.n && l < L->c.n_layers; l++) { /* a partial block's copy */
+        size_t bytes = (size_t)cp.n * L->c.kv_dim * sizeof(uint16_t);
+        memcpy(L->kv_k + llama_kv_at(L, cp.dst, l, 0), L->kv_k + llama_kv_at(L, cp.src, l, 0), bytes);
+        memcpy(L->kv_v + llama_kv_at(L, cp.dst, l, 0), L->kv_v + llama_kv_at(L, cp.src, l, 0), bytes);
+    }
     if (rc == -ENOSPC)
         model_llama_msg(m->error, sizeof(m->error),
                         "a sequence of up to %u positions needs %u KV blocks of %d; the cache "
