@@ -27,7 +27,9 @@
 #include "tokenizer.h"
 #include "../worker/loop.h"
 #include "../worker/model.h"
+#include "../worker/model_llama.h"
 #include "../worker/model_mock.h"
+#include "lib/model_gen.h"
 
 #define WAIT_MS  10000 /* the bound on every wait: a hang becomes a failure */
 #define MAX_REQS 8
@@ -136,6 +138,54 @@ static const struct model_ops rec_ops = {
     .destroy = rec_destroy,
 };
 
+/* Over the Llama engine: its own cache claims and batched prefills, each pass logged as
+ * "B<sequences>" (whole prompts) or "C<sequences>" (parts). */
+static int rec_seq_begin(struct model *m, int slot, const uint32_t *prompt, uint32_t n,
+                         uint32_t max_len, int reuse)
+{
+    struct recorder *r = (struct recorder *)m;
+    int rc = model_seq_begin(r->inner, slot, prompt, n, max_len, reuse);
+
+    if (rc < 0)
+        snprintf(m->error, sizeof(m->error), "%s", r->inner->error);
+    return rc;
+}
+
+static int rec_prefill_batch(struct model *m, const int *slots, const uint32_t *const *prompts,
+                             const uint32_t *ns, int count, float *logits,
+                             struct model_result *res)
+{
+    struct recorder *r = (struct recorder *)m;
+
+    pthread_mutex_lock(&r->mu);
+    rec_log(r, 'B', count);
+    pthread_mutex_unlock(&r->mu);
+    return model_prefill_batch(r->inner, slots, prompts, ns, count, logits, res);
+}
+
+static int rec_prefill_part(struct model *m, const int *slots, const uint32_t *const *prompts,
+                            const uint32_t *ns, const uint8_t *last, int count, float *logits,
+                            struct model_result *res)
+{
+    struct recorder *r = (struct recorder *)m;
+
+    pthread_mutex_lock(&r->mu);
+    rec_log(r, 'C', count);
+    pthread_mutex_unlock(&r->mu);
+    return r->inner->ops->prefill_part(r->inner, slots, prompts, ns, last, count, logits, res);
+}
+
+static const struct model_ops rec_llama_ops = {
+    .prefill = rec_prefill,
+    .decode = rec_decode,
+    .decode_batch = rec_decode_batch,
+    .seq_free = rec_seq_free,
+    .seq_begin = rec_seq_begin,
+    .prefill_batch = rec_prefill_batch,
+    .prefill_part = rec_prefill_part,
+    .destroy = rec_destroy,
+};
+
 static struct recorder *recorder_create(const struct model_mock_opts *o)
 {
     struct recorder *r = calloc(1, sizeof(*r));
@@ -153,13 +203,39 @@ static struct recorder *recorder_create(const struct model_mock_opts *o)
     return r;
 }
 
+/* A recorder over the Llama engine on the file at path; parts 0: it prefills prompts whole
+ * (as a model without prefill_part). */
+static struct recorder *recorder_create_llama(const char *path, bool parts)
+{
+    struct recorder *r = calloc(1, sizeof(*r));
+    struct model_llama_opts mo = {.max_sequences = 4, .ctx = 512, .threads = 2, .quiet = 1};
+    static struct model_ops whole;
+    char err[256];
+
+    assert_non_null(r);
+    r->inner = model_llama_create(path, &mo, err, sizeof(err));
+    if (!r->inner)
+        fail_msg("%s", err);
+    r->base = *r->inner;
+    whole = rec_llama_ops;
+    whole.prefill_part = NULL;
+    r->base.ops = parts ? &rec_llama_ops : &whole;
+    r->base.heartbeat = NULL;
+    r->nan_slot = -1;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    return r;
+}
+
 /* --- the test's front --------------------------------------------------------------------- */
 
 struct transcript {
     uint64_t req_id;
     int started;       /* prompt_tokens, -1 before STARTED */
     char text[256];    /* TOKEN ids < 256, as bytes */
+    uint32_t ids[64];  /* the first TOKEN ids */
     int n_tokens, n_eos_tokens;
+    int started_at, first_at; /* the record count at STARTED and at the first TOKEN */
     int final;         /* 0, MSG_TYPE_DONE or MSG_TYPE_FAILED */
     int n_finals;
     enum finish_reason reason;
@@ -177,6 +253,7 @@ struct fixture {
     volatile sig_atomic_t stop;
     int loop_rc;
     struct transcript tr[MAX_REQS];
+    int n_records; /* read so far */
     struct proto_msg msg;
     unsigned char buf[65536];
 };
@@ -346,14 +423,22 @@ static void read_one(struct fixture *f)
     shm_ring_pop(&f->reg.to_front);
     /* as the front does: a worker waiting for room is woken by the pop */
     assert_int_equal(notify_wake_producer(&f->reg.to_front, f->wake_fd), 0);
+    if (m->type == MSG_TYPE_CACHE)
+        return; /* the Llama engine's block events, for the front's prefix index */
     t = find_tr(f, m->req_id);
+    f->n_records++;
     switch (m->type) {
     case MSG_TYPE_STARTED:
         assert_int_equal(t->started, -1);
         t->started = (int)m->u.prompt_tokens;
+        t->started_at = f->n_records;
         break;
     case MSG_TYPE_TOKEN:
         assert_int_equal(t->final, 0);
+        if (t->n_tokens == 0)
+            t->first_at = f->n_records;
+        if (t->n_tokens < 64)
+            t->ids[t->n_tokens] = m->u.token.token;
         t->n_tokens++;
         if (m->u.token.token < 256 && strlen(t->text) + 1 < sizeof(t->text))
             t->text[strlen(t->text)] = (char)m->u.token.token;
@@ -533,6 +618,139 @@ static void test_loop_prefills_between_decode_steps_stay_within_the_budget(void 
     for (int k = 0; k < 7; k++)
         assert_string_equal(r->log[k], want[k]);
     pthread_mutex_unlock(&r->mu);
+}
+
+/* --- prompts prefilled in parts (the Llama engine) ------------------------------------------ */
+
+static void stories_path(char *path, size_t len)
+{
+    const char *shared = getenv("KILN_SHARED");
+
+    snprintf(path, len, "%s/models/stories260K.gguf", shared ? shared : "../shared");
+}
+
+static void long_prompt(uint32_t *p, uint32_t n, uint32_t salt, uint32_t n_vocab)
+{
+    for (uint32_t i = 0; i < n; i++)
+        p[i] = 3 + (i * 37 + salt * 101) % (n_vocab - 3);
+}
+
+/* While a 300-token prompt is prefilled 32 positions a pass, the sequence already running
+ * keeps receiving tokens: records are counted, not time. */
+static void test_loop_running_sequence_decodes_while_a_long_prompt_is_prefilled(void **state)
+{
+    struct fixture *f = *state;
+    char path[512];
+    struct recorder *r;
+    struct proto_sampling sp;
+    static uint32_t a[5], b[300];
+    int before, parts = 0;
+
+    stories_path(path, sizeof(path));
+    r = recorder_create_llama(path, true);
+    long_prompt(a, 5, 1, r->base.n_vocab);
+    long_prompt(b, 300, 2, r->base.n_vocab);
+    proto_sampling_init(&sp);
+    sp.ignore_eos = true;
+    start_loop(f, r, 32);
+    push_job_tokens(f, 0, a, 5, 200, &sp);
+    while (f->tr[0].n_tokens == 0)
+        read_one(f);
+    push_job_tokens(f, 1, b, 300, 4, &sp);
+    until_started(f, 1);
+    before = f->tr[0].n_tokens;
+    while (f->tr[1].n_tokens == 0)
+        read_one(f);
+    /* 300 positions in passes of 32: a token of the running sequence after each */
+    if (f->tr[0].n_tokens - before < 8)
+        fail_msg("%d tokens of the running sequence during the long prefill",
+                 f->tr[0].n_tokens - before);
+    assert_int_equal(f->tr[1].started, 300);
+    push_cancel(f, 0);
+    until_final(f, 0);
+    until_final(f, 1);
+    assert_int_equal(f->tr[1].final, MSG_TYPE_DONE);
+    assert_int_equal(f->tr[1].n_tokens, 4);
+    pthread_mutex_lock(&r->mu);
+    for (int k = 0; k < r->n_log; k++)
+        parts += r->log[k][0] == 'C';
+    pthread_mutex_unlock(&r->mu);
+    assert_true(parts >= 10);
+}
+
+#define N_JOBS 3
+
+/* Three jobs at once (greedy and seeded), their ids into out, with a prefill budget of
+ * budget positions, prompts in parts or whole; the loop is stopped and freed after. */
+static void run_three(struct fixture *f, const char *path, uint32_t budget, bool parts,
+                      uint32_t out[N_JOBS][16])
+{
+    static const uint32_t ns[N_JOBS] = {100, 250, 40};
+    static uint32_t p[N_JOBS][250];
+    struct recorder *r = recorder_create_llama(path, parts);
+    struct proto_sampling sp;
+
+    start_loop(f, r, budget);
+    for (int i = 0; i < N_JOBS; i++) {
+        long_prompt(p[i], ns[i], (uint32_t)i, r->base.n_vocab);
+        proto_sampling_init(&sp);
+        sp.ignore_eos = true;
+        if (i != 1) { /* seeded */
+            sp.temperature = 0.9f;
+            sp.seed = 7 + (uint64_t)i;
+        }
+        push_job_tokens(f, i, p[i], ns[i], 16, &sp);
+    }
+    for (int i = 0; i < N_JOBS; i++) {
+        until_final(f, i);
+        assert_int_equal(f->tr[i].final, MSG_TYPE_DONE);
+        assert_int_equal(f->tr[i].n_tokens, 16);
+        memcpy(out[i], f->tr[i].ids, sizeof(out[i]));
+    }
+    stop_loop(f);
+    f->stop = 0;
+    loop_destroy(f->loop);
+    f->loop = NULL;
+    model_destroy(&r->base);
+    f->rec = NULL;
+    for (int i = 0; i < MAX_REQS; i++) { /* a fresh transcript for the next run */
+        uint64_t id = f->tr[i].req_id + 10;
+        memset(&f->tr[i], 0, sizeof(f->tr[i]));
+        f->tr[i].req_id = id;
+        f->tr[i].started = -1;
+    }
+}
+
+static void check_parts_equal_whole(struct fixture *f, const char *path)
+{
+    uint32_t whole[N_JOBS][16], parts[N_JOBS][16];
+
+    run_three(f, path, 4096, false, whole);
+    run_three(f, path, 13, true, parts); /* parts that end inside cache blocks */
+    for (int i = 0; i < N_JOBS; i++)
+        if (memcmp(whole[i], parts[i], sizeof(whole[i])) != 0)
+            fail_msg("%s: job %d: its tokens differ when its prompt is prefilled in parts", path,
+                     i);
+}
+
+/* The same tokens, greedy and seeded, whether prompts are prefilled whole in one batch or in
+ * parts of 13 positions between decode steps: on stories260K and on a generated model. */
+static void test_loop_outputs_equal_with_prompts_prefilled_in_parts(void **state)
+{
+    struct fixture *f = *state;
+    char path[512], dir[] = "/tmp/kiln-loop-XXXXXX", err[256];
+    struct model_gen_opts o = {.arch = "qwen2", .dim = 64, .layers = 3, .heads = 4,
+                               .kv_heads = 2, .ffn = 128, .ctx = 512,
+                               .type = GGML_TYPE_Q8_0, .seed = 3, .peak = 4.0f};
+
+    stories_path(path, sizeof(path));
+    check_parts_equal_whole(f, path);
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/qwen2.gguf", dir);
+    assert_int_equal(model_gen_write(&o, path, err, sizeof(err)), 0);
+    check_parts_equal_whole(f, path);
+    unlink(path);
+    rmdir(dir);
 }
 
 static void test_loop_cancelled_sequence_frees_its_slot(void **state)
@@ -911,6 +1129,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_loop_short_decode_batch_fails_every_sequence_of_the_step),
         T(test_loop_prefills_between_decode_steps_stay_within_the_budget),
+        T(test_loop_running_sequence_decodes_while_a_long_prompt_is_prefilled),
+        T(test_loop_outputs_equal_with_prompts_prefilled_in_parts),
         T(test_loop_cancelled_sequence_frees_its_slot),
         T(test_loop_job_cancelled_while_waiting_is_dropped),
         T(test_loop_eos_stops_unsent_and_max_new_tokens_is_length),

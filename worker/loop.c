@@ -38,6 +38,9 @@ struct loop_job {
 struct loop_seq {
     bool active, cancelled, ignore_eos;
     bool paused; /* PAUSE: kept in its slot, left out of decode steps until RESUME */
+    bool prefilling; /* admitted, its prompt computed in chunks: not running yet */
+    uint32_t job;    /* while prefilling: its job (prompt, sampling, grammar) */
+    uint32_t done;   /* while prefilling: prompt positions in the cache */
     uint64_t req_id;
     char rid[WIRE_MAX_REQUEST_ID + 1]; /* its job's */
     uint32_t last; /* the token to decode next */
@@ -65,6 +68,8 @@ struct loop {
     uint32_t n_order, n_active;
     uint32_t n_paused;     /* of the running slots in order */
     int *batch_of;         /* (n_slots) decode_step: order index of each batch row */
+    int *pre;              /* (n_slots) slots prefilling, in admission order */
+    uint32_t n_pre;
 
     struct loop_job *jobs; /* (cap_jobs) */
     uint32_t *queue;       /* (cap_jobs) FIFO of job indices */
@@ -79,7 +84,8 @@ struct loop {
     struct model_result *res; /* (n_slots) */
     struct loop_job **pf_jobs;     /* (n_slots) admit: the jobs of one batched prefill */
     const uint32_t **pf_prompts;   /* (n_slots) their prompts */
-    uint32_t *pf_ns;               /* (n_slots) and lengths */
+    uint32_t *pf_ns;               /* (n_slots) and where this pass's chunk of each ends */
+    uint8_t *pf_last;              /* (n_slots) whether that is the prompt's end */
     uint32_t *prompt_in;      /* (WIRE_MAX_PROMPT) a JOB's prompt as decoded */
     struct proto_msg in, out;
     struct proto_decoder *dec;
@@ -98,7 +104,7 @@ static void publish_counts(struct loop *l)
 {
     struct model_cache_stats cs;
 
-    atomic_store_explicit(&l->hdr->running, l->n_active, memory_order_relaxed);
+    atomic_store_explicit(&l->hdr->running, l->n_active + l->n_pre, memory_order_relaxed);
     atomic_store_explicit(&l->hdr->waiting, l->q_len, memory_order_relaxed);
     model_cache_stats(l->m, &cs);
     atomic_store_explicit(&l->hdr->kv_blocks, cs.blocks, memory_order_relaxed);
@@ -365,11 +371,23 @@ static void job_release(struct loop *l, struct loop_job *job)
     job->grammar = NULL;
 }
 
-static void queue_pop(struct loop *l)
+/* The front job leaves the line, its storage kept (a job being prefilled) */
+static uint32_t queue_take(struct loop *l)
 {
-    l->free_jobs[l->n_free_jobs++] = l->queue[l->q_head];
+    uint32_t idx = l->queue[l->q_head];
     l->q_head = (l->q_head + 1) % l->cap_jobs;
     l->q_len--;
+    return idx;
+}
+
+static void job_free(struct loop *l, uint32_t idx)
+{
+    l->free_jobs[l->n_free_jobs++] = idx;
+}
+
+static void queue_pop(struct loop *l)
+{
+    job_free(l, queue_take(l));
 }
 
 /* A JOB from the front: checked, then queued; one that cannot run fails at once */
@@ -445,7 +463,7 @@ static void on_job(struct loop *l, const struct proto_msg *msg)
 static void on_cancel(struct loop *l, uint64_t req_id)
 {
     for (uint32_t i = 0; i < l->n_slots; i++) {
-        if (l->seqs[i].active && l->seqs[i].req_id == req_id) {
+        if ((l->seqs[i].active || l->seqs[i].prefilling) && l->seqs[i].req_id == req_id) {
             l->seqs[i].cancelled = true;
             return;
         }
@@ -473,6 +491,14 @@ static void on_pause(struct loop *l, uint64_t req_id, bool pause)
             if (s->paused != pause)
                 l->n_paused += pause ? 1 : (uint32_t)-1;
             s->paused = pause;
+            return;
+        }
+    }
+    for (uint32_t i = 0; i < l->n_pre; i++) {
+        struct loop_seq *s = &l->seqs[l->pre[i]];
+
+        if (s->req_id == req_id) {
+            l->jobs[s->job].paused = pause; /* it starts paused */
             return;
         }
     }
@@ -552,6 +578,25 @@ static int read_records(struct loop *l)
 
 /* --- the six steps --------------------------------------------------------------------- */
 
+/* A sequence cancelled (why NULL) or failed while its prompt was being prefilled: its slot
+ * and job come free; the caller takes it off l->pre. */
+static void pre_end(struct loop *l, struct loop_seq *s, enum finish_reason reason,
+                    const char *why)
+{
+    struct loop_job *job = &l->jobs[s->job];
+
+    model_seq_free(l->m, (int)(s - l->seqs));
+    s->prefilling = false;
+    s->cancelled = false;
+    job_release(l, job);
+    job_free(l, s->job);
+    publish_counts(l);
+    if (why)
+        send_failed(l, job->req_id, job->rid, why);
+    else
+        send_done(l, job->req_id, job->rid, reason, 0);
+}
+
 /* Step 1: cancelled sequences end with DONE cancelled, and their slots come free */
 static void drop_cancelled(struct loop *l)
 {
@@ -568,6 +613,16 @@ static void drop_cancelled(struct loop *l)
         }
     }
     l->n_order = keep;
+    keep = 0;
+    for (uint32_t i = 0; i < l->n_pre; i++) {
+        struct loop_seq *s = &l->seqs[l->pre[i]];
+
+        if (s->cancelled)
+            pre_end(l, s, FINISH_REASON_CANCELLED, NULL);
+        else
+            l->pre[keep++] = l->pre[i];
+    }
+    l->n_pre = keep;
 }
 
 /* Step 2: sleep until the front sends a record (or the idle timeout, to check stop) */
@@ -622,7 +677,7 @@ static void start_finish(struct loop *l, struct loop_job *job, int slot, int rc,
 static int free_slot(const struct loop *l, uint32_t n)
 {
     for (uint32_t i = 0; i < l->n_slots; i++) {
-        bool taken = l->seqs[i].active;
+        bool taken = l->seqs[i].active || l->seqs[i].prefilling;
         for (uint32_t k = 0; k < n && !taken; k++)
             taken = l->slots[k] == (int)i;
         if (!taken)
@@ -631,30 +686,50 @@ static int free_slot(const struct loop *l, uint32_t n)
     return -1; /* admission counts the free slots, so never */
 }
 
-/* Step 3: admit waiting jobs in order within the prefill budget (the first in any case) and
- * the KV cache's room; a job cancelled while it waited is dropped when it reaches the front.
- * Step 4: STARTED for each, one batched prefill of them all, then each one's first token. */
+/* Step 3: admit waiting jobs in order within the prefill budget and the KV cache's room; a
+ * job cancelled while it waited is dropped when it reaches the front. With a model that
+ * prefills in parts (ops->prefill_part), the budget bounds the prompt positions computed
+ * between two decode steps: the sequences already prefilling go first, then new jobs; a
+ * job is admitted when its prompt fits what is left, or when it is this iteration's first
+ * prefill work, and then its prompt is cut to the budget and goes on in the next
+ * iterations, so running sequences keep decoding meanwhile. Without it, the first job's
+ * prompt is computed whole, however long.
+ * Step 4: STARTED for each new job, one batched pass over every chunk, then the first token
+ * of each sequence whose prompt is done. */
 static void admit(struct loop *l)
 {
     int slot, rc;
-    uint32_t budget = l->max_prefill_tokens, admitted = 0, free_slots = l->n_slots - l->n_active;
+    bool parts = l->m->ops->prefill_part != NULL;
+    uint32_t budget = l->max_prefill_tokens, count = 0, keep = 0;
+    uint32_t free_slots = l->n_slots - l->n_active - l->n_pre;
     uint64_t t0;
 
+    for (uint32_t i = 0; i < l->n_pre && budget > 0; i++) {
+        struct loop_seq *s = &l->seqs[l->pre[i]];
+        struct loop_job *job = &l->jobs[s->job];
+        uint32_t len = job->n_prompt - s->done < budget ? job->n_prompt - s->done : budget;
+
+        budget -= len;
+        l->slots[count] = l->pre[i];
+        l->pf_jobs[count] = job;
+        l->pf_prompts[count] = job->prompt;
+        l->pf_ns[count] = s->done + len;
+        l->pf_last[count++] = s->done + len == job->n_prompt;
+    }
     while (l->q_len) {
         struct loop_job *job = queue_front(l);
+        uint32_t len;
 
         if (job->cancelled) {
-            uint64_t id = job->req_id;
-
             job_release(l, job);
-            queue_pop(l);
+            queue_pop(l); /* its storage stays untouched until the next read_records */
             publish_counts(l);
-            send_done(l, id, job->rid, FINISH_REASON_CANCELLED, 0);
+            send_done(l, job->req_id, job->rid, FINISH_REASON_CANCELLED, 0);
             continue;
         }
-        if ((admitted > 0 && job->n_prompt > budget) || admitted >= free_slots)
+        if ((count > 0 && job->n_prompt > budget) || budget == 0 || free_slots == 0)
             break;
-        slot = free_slot(l, admitted);
+        slot = free_slot(l, count);
         /* room in the KV cache: linked prefix blocks and a reservation for its growth */
         rc = model_seq_begin(l->m, slot, job->prompt, job->n_prompt,
                              job->n_prompt + job->max_new_tokens, !job->sampling.no_cache);
@@ -663,42 +738,62 @@ static void admit(struct loop *l)
             break;
         }
         if (rc < 0) {
-            uint64_t id = job->req_id;
             const char *why = l->m->error[0] ? l->m->error : strerror(-rc);
 
             job_release(l, job);
             queue_pop(l);
             publish_counts(l);
-            send_failed(l, id, job->rid, why);
+            send_failed(l, job->req_id, job->rid, why);
             continue;
         }
-        budget = job->n_prompt < budget ? budget - job->n_prompt : 0;
-        /* the job's storage stays untouched until the next read_records */
-        queue_pop(l);
+        len = job->n_prompt - (uint32_t)rc;
+        if (parts && len > budget)
+            len = budget;
+        budget = parts ? budget - len : job->n_prompt < budget ? budget - job->n_prompt : 0;
+        l->seqs[slot].job = queue_take(l); /* freed when its prompt is done */
+        l->seqs[slot].req_id = job->req_id;
+        l->seqs[slot].cancelled = false;
+        free_slots--;
         publish_counts(l);
-        l->slots[admitted] = slot;
-        l->pf_jobs[admitted] = job;
-        l->pf_prompts[admitted] = job->prompt;
-        l->pf_ns[admitted] = job->n_prompt;
+        l->slots[count] = slot;
+        l->pf_jobs[count] = job;
+        l->pf_prompts[count] = job->prompt;
+        l->pf_ns[count] = (uint32_t)rc + len;
+        l->pf_last[count++] = (uint32_t)rc + len == job->n_prompt;
         send_started(l, job->req_id, job->rid, job->n_prompt, (uint32_t)rc);
         sampler_reset(l->seqs[slot].sampler, &job->sampling, job->prompt, job->n_prompt);
-        admitted++;
     }
-    if (admitted == 0)
+    if (count == 0)
         return;
     flush(l); /* the front learns of the starts before a long prefill */
     t0 = hist_now_us();
-    rc = model_prefill_batch(l->m, l->slots, l->pf_prompts, l->pf_ns, (int)admitted, l->logits,
-                             l->res);
+    if (parts)
+        rc = l->m->ops->prefill_part(l->m, l->slots, l->pf_prompts, l->pf_ns, l->pf_last,
+                                     (int)count, l->logits, l->res);
+    else
+        rc = model_prefill_batch(l->m, l->slots, l->pf_prompts, l->pf_ns, (int)count, l->logits,
+                                 l->res);
     hist_observe(&l->hdr->prefill, hist_now_us() - t0);
-    for (uint32_t i = 0; i < admitted; i++) {
-        int st = rc == (int)admitted ? l->res[i].status : -EIO;
-        const char *why = st == -EIO && rc != (int)admitted ? "the batched prefill failed"
-                          : l->res[i].error[0]              ? l->res[i].error
-                                                            : strerror(-st);
+    for (uint32_t i = 0; i < count; i++) {
+        struct loop_seq *s = &l->seqs[l->slots[i]];
+        int st = rc == (int)count ? l->res[i].status : -EIO;
+        const char *why = st == -EIO && rc != (int)count ? "the batched prefill failed"
+                          : l->res[i].error[0]           ? l->res[i].error
+                                                         : strerror(-st);
+
+        if (st >= 0 && !l->pf_last[i]) { /* more of its prompt next time */
+            s->prefilling = true;
+            s->done = l->pf_ns[i];
+            l->pre[keep++] = l->slots[i];
+            continue;
+        }
+        s->prefilling = false;
         start_finish(l, l->pf_jobs[i], l->slots[i], st, why,
                      l->logits + (size_t)i * l->m->n_vocab);
+        job_free(l, s->job);
     }
+    l->n_pre = keep;
+    publish_counts(l);
 }
 
 /* Steps 5 and 6: one decode_batch over every running sequence that is not paused, then
@@ -773,6 +868,9 @@ static void fail_all(struct loop *l, const char *why)
         send_failed(l, s->req_id, s->rid, why);
     }
     l->n_order = 0;
+    for (uint32_t i = 0; i < l->n_pre; i++)
+        pre_end(l, &l->seqs[l->pre[i]], FINISH_REASON_CANCELLED, why);
+    l->n_pre = 0;
     while (l->q_len) {
         struct loop_job *job = queue_front(l);
 
@@ -792,7 +890,7 @@ static bool can_admit(const struct loop *l)
         return false;
     if (l->kv_wait && !l->jobs[l->queue[l->q_head]].cancelled)
         return false;
-    return l->n_active < l->n_slots || l->jobs[l->queue[l->q_head]].cancelled;
+    return l->n_active + l->n_pre < l->n_slots || l->jobs[l->queue[l->q_head]].cancelled;
 }
 
 int loop_run(struct loop *l, volatile sig_atomic_t *stop)
@@ -807,8 +905,8 @@ int loop_run(struct loop *l, volatile sig_atomic_t *stop)
             break;
         drop_cancelled(l);
         publish_counts(l);
-        /* nothing to decode (none running, or all paused) and nothing to admit */
-        if (l->n_order == l->n_paused && !can_admit(l)) {
+        /* nothing to decode (none running, or all paused), to prefill or to admit */
+        if (l->n_order == l->n_paused && l->n_pre == 0 && !can_admit(l)) {
             sleep_idle(l);
             continue;
         }
@@ -862,12 +960,14 @@ struct loop *loop_create(struct model *m, struct shm_region *reg, int wake_fd, i
     l->pf_jobs = calloc(l->n_slots, sizeof(*l->pf_jobs));
     l->pf_prompts = calloc(l->n_slots, sizeof(*l->pf_prompts));
     l->pf_ns = calloc(l->n_slots, sizeof(*l->pf_ns));
+    l->pf_last = calloc(l->n_slots, sizeof(*l->pf_last));
+    l->pre = calloc(l->n_slots, sizeof(*l->pre));
     l->prompt_in = calloc(WIRE_MAX_PROMPT, sizeof(*l->prompt_in));
     l->buf = malloc(LOOP_OUT_BUF);
     l->dec = proto_decoder_create();
     if (!l->dec || !l->seqs || !l->order || !l->batch_of || !l->jobs || !l->queue || !l->free_jobs || !l->prompt_store ||
         !l->logits || !l->slots || !l->tokens || !l->res || !l->prompt_in || !l->buf ||
-        !l->pf_jobs || !l->pf_prompts || !l->pf_ns)
+        !l->pf_jobs || !l->pf_prompts || !l->pf_ns || !l->pf_last || !l->pre)
         goto nomem;
     for (uint32_t i = 0; i < l->n_slots; i++)
         if (!(l->seqs[i].sampler = sampler_create(m->n_vocab)) ||
@@ -925,6 +1025,8 @@ void loop_destroy(struct loop *l)
     free(l->pf_jobs);
     free(l->pf_prompts);
     free(l->pf_ns);
+    free(l->pf_last);
+    free(l->pre);
     free(l->prompt_in);
     free(l->buf);
     proto_decoder_destroy(l->dec);

@@ -47,6 +47,14 @@ struct model_ops {
      * forward passes; logits is count rows; res[i] says how sequence i went. Returns count. */
     int (*prefill_batch)(struct model *m, const int *slots, const uint32_t *const *prompts,
                          const uint32_t *ns, int count, float *logits, struct model_result *res);
+    /* Optional (NULL: a prompt is prefilled whole): prefill_batch over part of each prompt,
+     * for a scheduler that spreads a long prompt over several passes: sequence i (begun by
+     * seq_begin) computes from the positions its slot holds up to ns[i]; last[i] says ns[i]
+     * is the prompt's end, and only then are its logits written (row i). The results are
+     * those of one whole prefill, bit for bit. Returns count. */
+    int (*prefill_part)(struct model *m, const int *slots, const uint32_t *const *prompts,
+                        const uint32_t *ns, const uint8_t *last, int count, float *logits,
+                        struct model_result *res);
     /* Optional: moves up to cap KV-cache events (kv_cache_take_events) into out. */
     uint32_t (*cache_events)(struct model *m, uint64_t *out, uint32_t cap, int *lost);
     /* Optional: the KV cache's counts now. */

@@ -422,7 +422,7 @@ static int llama_seq_begin(struct model *m, int slot, const uint32_t *prompt, ui
 /* A prompt's checks before any work: the slot, its length and its tokens; then room in the
  * cache (seq_begin, reusing what it can) unless the caller claimed it. */
 static int prefill_check(struct llama *L, int slot, const uint32_t *prompt, uint32_t n,
-                         char *err, size_t errlen)
+                         bool last, char *err, size_t errlen)
 {
     int rc;
 
@@ -454,17 +454,23 @@ static int prefill_check(struct llama *L, int slot, const uint32_t *prompt, uint
             return rc;
         }
     }
-    L->begun[slot] = 0;
+    if (n <= kv_cache_len(L->kvc, slot)) {
+        model_llama_msg(err, errlen, "slot %d holds %u positions already, the prompt %u", slot,
+                        kv_cache_len(L->kvc, slot), n);
+        return -EINVAL;
+    }
+    L->begun[slot] = !last; /* a part: the next part goes on from here */
     L->mark[slot] = L->stamp;
     return 0;
 }
 
 /* The prompts of count sequences packed together, MODEL_LLAMA_CHUNK rows per forward pass
  * (a pass holds the next rows of as many sequences as fit, each row attending to its own
- * sequence); each sequence's logits after its last prompt token go to row i of logits. */
-static int llama_prefill_batch(struct model *m, const int *slots, const uint32_t *const *prompts,
-                               const uint32_t *ns, int count, float *logits,
-                               struct model_result *res)
+ * sequence), each from what its slot holds up to ns[i]; the logits after position ns[i] - 1
+ * go to row i of logits when last is NULL or last[i]. */
+static int llama_prefill_part(struct model *m, const int *slots, const uint32_t *const *prompts,
+                              const uint32_t *ns, const uint8_t *last, int count, float *logits,
+                              struct model_result *res)
 {
     struct llama *L = (struct llama *)m;
     int next = 0; /* the first sequence with rows left */
@@ -472,8 +478,8 @@ static int llama_prefill_batch(struct model *m, const int *slots, const uint32_t
     L->stamp++;
     for (int i = 0; i < count; i++) {
         res[i].error[0] = '\0';
-        res[i].status = prefill_check(L, slots[i], prompts[i], ns[i], res[i].error,
-                                      sizeof(res[i].error));
+        res[i].status = prefill_check(L, slots[i], prompts[i], ns[i], !last || last[i],
+                                      res[i].error, sizeof(res[i].error));
     }
     for (;;) {
         int rows = 0, segs = 0;
@@ -512,12 +518,19 @@ static int llama_prefill_batch(struct model *m, const int *slots, const uint32_t
             int i = L->seg_seq[g];
             uint32_t at = kv_cache_len(L->kvc, slots[i]);
             kv_cache_commit(L->kvc, slots[i], prompts[i] + at, (uint32_t)L->seg_len[g]);
-            if (at + (uint32_t)L->seg_len[g] == ns[i])
+            if (at + (uint32_t)L->seg_len[g] == ns[i] && (!last || last[i]))
                 logits_rows(L, L->seg_row[g] + L->seg_len[g] - 1, 1,
                             logits + (size_t)i * L->c.n_vocab);
         }
     }
     return count;
+}
+
+static int llama_prefill_batch(struct model *m, const int *slots, const uint32_t *const *prompts,
+                               const uint32_t *ns, int count, float *logits,
+                               struct model_result *res)
+{
+    return llama_prefill_part(m, slots, prompts, ns, NULL, count, logits, res);
 }
 
 static int llama_prefill(struct model *m, int slot, const uint32_t *prompt, uint32_t n,
@@ -662,6 +675,7 @@ const struct model_ops model_llama_ops = {
     .seq_free = llama_seq_free,
     .seq_begin = llama_seq_begin,
     .prefill_batch = llama_prefill_batch,
+    .prefill_part = llama_prefill_part,
     .cache_stats = llama_cache_stats,
     .cache_events = llama_cache_events,
     .destroy = model_llama_free,
