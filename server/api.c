@@ -79,6 +79,20 @@ static int open_gguf(struct front_model *m, const struct kiln_config *cfg, char 
         snprintf(err, errlen, "%s: no context length in the file; give --ctx", cfg->model);
         return -EINVAL;
     }
+    m->kv_cache_tokens = cfg->kv_cache_tokens;
+    if (cfg->kv_cache_mib) { /* MiB to positions, by the engine's F16 K and V per position */
+        uint64_t t;
+        if (model_info_read(m->gguf, &mi, err, errlen) < 0)
+            return -EINVAL;
+        t = ((uint64_t)cfg->kv_cache_mib << 20) / mi.kv_bytes_per_token;
+        if (t == 0 || t > INT32_MAX) {
+            snprintf(err, errlen, "--kv-cache-mib %u: %llu positions of %llu bytes (1 to %d)",
+                     cfg->kv_cache_mib, (unsigned long long)t,
+                     (unsigned long long)mi.kv_bytes_per_token, INT32_MAX);
+            return -EINVAL;
+        }
+        m->kv_cache_tokens = (uint32_t)t;
+    }
     if (!(m->tok = tokenizer_create_gguf(m->gguf, err, errlen)))
         return -EINVAL;
     chat_template_from_gguf(&m->tmpl, m->gguf);

@@ -45,6 +45,9 @@ static const struct opt opts[] = {
     {"kv-cache-tokens", OPT_U32, F(kv_cache_tokens), 0, UINT32_MAX, "0",
      "positions of each worker's paged KV cache, shared by its sequences and kept for "
      "prompt reuse (0: max-sequences x ctx, the same memory as slots of ctx each)"},
+    {"kv-cache-mib", OPT_U32, F(kv_cache_mib), 0, UINT32_MAX, "0",
+     "each worker's paged KV cache in MiB instead (positions: MiB / the model's F16 K and V "
+     "bytes per position); 0: by kv-cache-tokens; not both"},
     {"threads", OPT_U32, F(threads), 0, 1024, "0",
      "threads per worker (0: the online cores divided among the workers, at least 1)"},
     {"max-body-bytes", OPT_U64, F(max_body_bytes), 1, UINT64_C(1) << 40, "1048576",
@@ -339,6 +342,10 @@ int config_parse(struct kiln_config *c, int argc, char **argv, char *err, size_t
     }
     if (!c->model || !*c->model) {
         snprintf(err, errlen, "--model is required");
+        return -EINVAL;
+    }
+    if (c->kv_cache_tokens && c->kv_cache_mib) {
+        snprintf(err, errlen, "--kv-cache-tokens and --kv-cache-mib: give one of them");
         return -EINVAL;
     }
     if (strcmp(c->log_format, "text") != 0 && strcmp(c->log_format, "json") != 0) {

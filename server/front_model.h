@@ -33,6 +33,8 @@ struct front_model_file {
 struct front_model {
     char name[128];
     uint32_t max_context;
+    uint32_t kv_cache_tokens; /* each worker's KV cache: --kv-cache-tokens, or --kv-cache-mib
+                               * in positions of this model (0: the worker's default) */
     struct tokenizer *tok;
     struct chat_template tmpl;
     enum toolcall_format tool_format; /* the markup of the model's calls (NONE: unknown) */

@@ -236,7 +236,7 @@ static int spawn(struct proc *p)
         .max_sequences = c->max_sequences,
         .max_prefill_tokens = c->max_prefill_tokens,
         .ctx = w->model->max_context,
-        .kv_cache_tokens = c->kv_cache_tokens,
+        .kv_cache_tokens = w->model->kv_cache_tokens,
         .threads = p->threads,
         .mock_delay_ms = c->mock_delay_ms,
         .mock_load_ms = c->mock_load_ms,

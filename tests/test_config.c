@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -90,11 +92,43 @@ static void test_config_defaults_come_from_the_table(void **state)
     config_free(&c);
 }
 
+/* The KV cache's size in MiB, on the command line or in a --config file; with a size in
+ * positions too it is refused by name. */
+static void test_config_kv_cache_mib_is_one_way_to_size_the_cache(void **state)
+{
+    (void)state;
+    struct kiln_config c;
+    char err[256], path[] = "/tmp/kiln-config-XXXXXX";
+    char *a1[] = {"kiln", "--model", "mock", "--kv-cache-mib", "512", NULL};
+    char *a2[] = {"kiln", "--model", "mock", "--kv-cache-mib", "512", "--kv-cache-tokens", "64",
+                  NULL};
+    char *a3[] = {"kiln", "--model", "mock", "--config", path, NULL};
+    int fd = mkstemp(path);
+
+    config_init(&c);
+    assert_int_equal(config_parse(&c, 5, a1, err, sizeof(err)), 0);
+    assert_int_equal(c.kv_cache_mib, 512);
+    config_free(&c);
+    config_init(&c);
+    assert_int_equal(config_parse(&c, 7, a2, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "--kv-cache-mib"));
+    config_free(&c);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "kv-cache-mib = 256\n", 19), 19);
+    close(fd);
+    config_init(&c);
+    assert_int_equal(config_parse(&c, 5, a3, err, sizeof(err)), 0);
+    assert_int_equal(c.kv_cache_mib, 256);
+    config_free(&c);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_readme_flag_table_is_the_flag_table),
         cmocka_unit_test(test_config_defaults_come_from_the_table),
+        cmocka_unit_test(test_config_kv_cache_mib_is_one_way_to_size_the_cache),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }
