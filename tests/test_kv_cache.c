@@ -27,7 +27,7 @@ static int run(struct kv_cache *c, int slot, const uint32_t *p, uint32_t n, uint
     if (got < 0)
         return got;
     assert_int_equal(kv_cache_grow(c, slot, n - (uint32_t)got), 0);
-    kv_cache_commit(c, slot, p + got, n - (uint32_t)got);
+    kv_cache_commit(c, slot, p + got, n - (uint32_t)got, true);
     assert_int_equal(kv_cache_len(c, slot), n);
     return got;
 }
@@ -140,13 +140,13 @@ static void test_kv_cache_running_sequence_keeps_its_blocks_and_reservation(void
     for (uint32_t i = 20; i < 48; i++) {
         uint32_t t = i;
         assert_int_equal(kv_cache_grow(c, 0, 1), 0);
-        kv_cache_commit(c, 0, &t, 1);
+        kv_cache_commit(c, 0, &t, 1, false);
     }
     /* past its reservation only from unreserved blocks: the fourth, then none */
     for (uint32_t i = 48; i < 64; i++) {
         uint32_t t = i;
         assert_int_equal(kv_cache_grow(c, 0, 1), 0);
-        kv_cache_commit(c, 0, &t, 1);
+        kv_cache_commit(c, 0, &t, 1, false);
     }
     assert_int_equal(kv_cache_grow(c, 0, 1), -ENOSPC);
     kv_cache_end(c, 0);
@@ -193,7 +193,7 @@ static void test_kv_cache_partial_block_is_reused_by_copy(void **state)
     assert_int_equal(kv_cache_table(c, 1)[2], cp.dst);
     assert_int_equal(kv_cache_len(c, 1), 40);
     assert_int_equal(kv_cache_grow(c, 1, 20), 0);
-    kv_cache_commit(c, 1, q + 40, 20);
+    kv_cache_commit(c, 1, q + 40, 20, true);
     uint32_t full = kv_cache_table(c, 1)[2];
     kv_cache_end(c, 1);
     /* p again: its third block is now q's full one, equal up to position 45 */
@@ -208,6 +208,29 @@ static void test_kv_cache_partial_block_is_reused_by_copy(void **state)
     kv_cache_destroy(c);
 }
 
+/* Positions a decode step computed are never shared: neither their block nor those after
+ * are indexed, and the block where decoding began is kept only up to it. */
+static void test_kv_cache_decoded_positions_are_not_shared(void **state)
+{
+    int err = 0;
+    uint32_t p[70], t;
+    struct kv_copy cp;
+    struct kv_cache *c = kv_cache_create(16, 1, 256, &err);
+    (void)state;
+    fill(p, 70, 100);
+    assert_int_equal(run(c, 0, p, 20, 70, true), 0); /* a prompt of 20 */
+    for (uint32_t i = 20; i < 70; i++) {           /* 50 decode steps */
+        t = p[i];
+        assert_int_equal(kv_cache_grow(c, 0, 1), 0);
+        kv_cache_commit(c, 0, &t, 1, false);
+    }
+    kv_cache_end(c, 0);
+    /* the prompt re-sent with its answer: block 0 linked, 4 positions copied, no more */
+    assert_int_equal(kv_cache_begin(c, 0, p, 70, 70, true, &cp), 20);
+    assert_int_equal(cp.n, 4);
+    kv_cache_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -218,6 +241,7 @@ int main(void)
         cmocka_unit_test(test_kv_cache_running_sequence_keeps_its_blocks_and_reservation),
         cmocka_unit_test(test_kv_cache_sequence_larger_than_the_pool_is_refused),
         cmocka_unit_test(test_kv_cache_partial_block_is_reused_by_copy),
+        cmocka_unit_test(test_kv_cache_decoded_positions_are_not_shared),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -164,6 +164,43 @@ static void check_batched_prefill(struct model *m, const char *name)
     free(batch);
 }
 
+/* A chat's next turn: the prompt re-sends the previous prompt and the tokens generated for
+ * it, then more. With reuse its logits equal those of the whole prompt computed afresh: the
+ * previous prompt is reused, the answer's positions (computed by decode steps, whose bits
+ * need not be a prefill's) are computed again. */
+static void check_resent_answer(struct model *m, const char *name)
+{
+    size_t rows = (size_t)(STEPS + 1) * m->n_vocab;
+    float *first = malloc(rows * sizeof(float)), *want = malloc(rows * sizeof(float));
+    float *got = malloc(rows * sizeof(float));
+    uint32_t p1[N1], p3[N1 + STEPS + 20], p2[N2];
+    uint32_t n3 = 0;
+
+    assert_non_null(first);
+    assert_non_null(want);
+    assert_non_null(got);
+    prompts(p1, p2, m->n_vocab);
+    p1[0] = 7; /* a chain of its own, apart from check_model's */
+    run(m, 0, p1, N1, 0, first); /* its answer's keys and values come from decode steps */
+    model_seq_free(m, 0);
+    memcpy(p3, p1, sizeof(p1));
+    n3 = N1;
+    for (int s = 0; s < STEPS; s++) /* the answer: each step's greedy token */
+        p3[n3++] = argmax(first + (size_t)s * m->n_vocab, m->n_vocab);
+    for (int i = 0; i < 20; i++)
+        p3[n3++] = 3 + (uint32_t)(i * 11) % (m->n_vocab - 3);
+    if (run(m, 0, p3, n3, 1, got) != N1)
+        fail_msg("%s: expected the previous prompt's %d positions reused", name, N1);
+    model_seq_free(m, 0);
+    run(m, 0, p3, n3, 0, want); /* computed whole, after: it cannot serve the run above */
+    model_seq_free(m, 0);
+    if (memcmp(want, got, rows * sizeof(float)) != 0)
+        fail_msg("%s: logits over a re-sent answer differ with the cache", name);
+    free(first);
+    free(want);
+    free(got);
+}
+
 static void test_model_cache_stories_outputs_equal_with_and_without_reuse(void **state)
 {
     const char *shared = getenv("KILN_SHARED");
@@ -177,6 +214,7 @@ static void test_model_cache_stories_outputs_equal_with_and_without_reuse(void *
         fail_msg("%s", err);
     check_model(m, "stories260K");
     check_batched_prefill(m, "stories260K");
+    check_resent_answer(m, "stories260K");
     model_destroy(m);
 }
 
@@ -200,6 +238,7 @@ static void test_model_cache_every_architecture_outputs_equal_with_and_without_r
             fail_msg("%s: %s", archs[i], err);
         check_model(m, archs[i]);
         check_batched_prefill(m, archs[i]);
+        check_resent_answer(m, archs[i]);
         model_destroy(m);
     }
 }

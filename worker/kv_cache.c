@@ -24,6 +24,8 @@ struct kv_blk {
 struct kv_slot {
     bool active;
     uint32_t len, n_blocks, reserved;
+    uint32_t shared_end; /* positions before it came from prefills and may be shared; those
+                          * after, from decode steps, are not (UINT32_MAX: all) */
     uint64_t last_hash; /* chain hash of the last full block, 0 before the first */
     uint32_t *table;    /* (max_blocks) */
     uint32_t *tokens;   /* (max_blocks * KV_BLOCK) */
@@ -289,6 +291,7 @@ int kv_cache_begin(struct kv_cache *c, int slot, const uint32_t *prompt, uint32_
     s->n_blocks = linked;
     s->reserved = want;
     s->last_hash = parent;
+    s->shared_end = UINT32_MAX;
     c->outstanding += want - linked;
     c->reused_tokens += (uint64_t)linked * KV_BLOCK;
     if (donor != NONE) {
@@ -300,7 +303,7 @@ int kv_cache_begin(struct kv_cache *c, int slot, const uint32_t *prompt, uint32_
         cp->src = donor;
         cp->dst = s->table[linked];
         cp->n = m;
-        kv_cache_commit(c, slot, prompt + (size_t)linked * KV_BLOCK, m);
+        kv_cache_commit(c, slot, prompt + (size_t)linked * KV_BLOCK, m, true);
         if (--c->blk[donor].refs == 0) {
             if (c->blk[donor].indexed)
                 lru_push(c, donor);
@@ -335,9 +338,13 @@ int kv_cache_grow(struct kv_cache *c, int slot, uint32_t n)
     return 0;
 }
 
-void kv_cache_commit(struct kv_cache *c, int slot, const uint32_t *tokens, uint32_t n)
+void kv_cache_commit(struct kv_cache *c, int slot, const uint32_t *tokens, uint32_t n,
+                     bool prefill)
 {
     struct kv_slot *s = &c->slots[slot];
+
+    if (!prefill && s->shared_end == UINT32_MAX)
+        s->shared_end = s->len;
 
     for (uint32_t i = 0; i < n; i++) {
         uint32_t pos = s->len++;
@@ -347,7 +354,8 @@ void kv_cache_commit(struct kv_cache *c, int slot, const uint32_t *tokens, uint3
             uint32_t b = s->table[pos / KV_BLOCK];
             uint64_t h = kv_hash_block(s->last_hash, tok);
 
-            if (!c->blk[b].indexed && index_find(c, h, s->last_hash, tok) == NONE) {
+            if (!c->blk[b].indexed && pos < s->shared_end &&
+                index_find(c, h, s->last_hash, tok) == NONE) {
                 struct kv_blk *k = &c->blk[b];
                 k->hash = h;
                 k->parent = s->last_hash;
@@ -359,7 +367,8 @@ void kv_cache_commit(struct kv_cache *c, int slot, const uint32_t *tokens, uint3
                 pindex_add(c, b);
                 event(c, h);
             }
-            s->last_hash = h;
+            if (pos < s->shared_end) /* the parent of the block kept at shared_end */
+                s->last_hash = h;
         }
     }
 }
@@ -382,11 +391,13 @@ void kv_cache_end(struct kv_cache *c, int slot)
         return;
     /* released last block first, so the LRU drops a chain's tail before its head */
     for (uint32_t i = s->n_blocks; i-- > 0;) {
-        uint32_t b = s->table[i], k = s->len > i * KV_BLOCK ? s->len - i * KV_BLOCK : 0;
+        uint32_t b = s->table[i], end = s->len < s->shared_end ? s->len : s->shared_end;
+        uint32_t k = end > i * KV_BLOCK ? end - i * KV_BLOCK : 0;
         if (--c->blk[b].refs > 0)
             continue;
         if (!c->blk[b].indexed && k > 0 && k < KV_BLOCK) {
-            /* a partial last block stays for a prompt that starts the same way (copied) */
+            /* a partial block (the last, or the one where decode steps began) stays for a
+             * prompt that starts the same way (copied) */
             struct kv_blk *pb = &c->blk[b];
             pb->parent = s->last_hash;
             pb->n_tok = (uint8_t)k;

@@ -517,7 +517,7 @@ static int llama_prefill_part(struct model *m, const int *slots, const uint32_t 
         for (int g = 0; g < segs; g++) {
             int i = L->seg_seq[g];
             uint32_t at = kv_cache_len(L->kvc, slots[i]);
-            kv_cache_commit(L->kvc, slots[i], prompts[i] + at, (uint32_t)L->seg_len[g]);
+            kv_cache_commit(L->kvc, slots[i], prompts[i] + at, (uint32_t)L->seg_len[g], true);
             if (at + (uint32_t)L->seg_len[g] == ns[i] && (!last || last[i]))
                 logits_rows(L, L->seg_row[g] + L->seg_len[g] - 1, 1,
                             logits + (size_t)i * L->c.n_vocab);
@@ -596,7 +596,7 @@ static int llama_decode_batch(struct model *m, const int *slots, const uint32_t 
                 logits_rows(L, r, 1, logits + (size_t)L->row_of[r] * L->c.n_vocab);
         }
         for (int r = 0; r < rows; r++)
-            kv_cache_commit(L->kvc, L->row_slot[r], &L->row_tok[r], 1);
+            kv_cache_commit(L->kvc, L->row_slot[r], &L->row_tok[r], 1, false);
     }
     return n;
 }
