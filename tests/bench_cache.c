@@ -22,8 +22,10 @@
  *   memory: with one RAM budget, how many 2,048-token sequences a worker holds at once:
  *         slots of ctx reserved up front (before the paged cache) against the paged cache
  *         (sequences admitted by model_seq_begin until it says -EAGAIN).
+ * KILN_BENCH_SECTIONS=chat,llama,route,shared,four,memory runs only those listed.
  * Every wait is bounded. */
 #include <errno.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -272,6 +274,13 @@ static int shared(const char *model, int cache, uint32_t nv)
     return rc;
 }
 
+/* Whether section name runs: all, or those env KILN_BENCH_SECTIONS lists (e.g. "four,memory"). */
+static bool want(const char *name)
+{
+    const char *l = getenv("KILN_BENCH_SECTIONS");
+    return !l || strstr(l, name) != NULL;
+}
+
 /* JSON string of words w<seed>_<i>, about n tokens. */
 static void words(char *out, size_t cap, uint32_t seed, int n)
 {
@@ -336,11 +345,11 @@ static int chat_route(const char *model)
     return rc;
 }
 
-static int four(const char *model, uint32_t nv)
+static int four(const char *model, uint32_t nv, const char *budget)
 {
     const char *args[] = {"--model", model, "--workers", "1", "--max-sequences", "4",
                           "--ctx", "1024", "--keepalive-timeout-ms", "600000",
-                          "--log-level", "warn", NULL};
+                          "--max-prefill-tokens", budget, "--log-level", "warn", NULL};
     static uint32_t ids[4][420];
     struct req r[4];
     pthread_t th[4];
@@ -385,7 +394,7 @@ static int four(const char *model, uint32_t nv)
         make_body(r[c].body, ids[c], 420, 8, 0);
         pthread_create(&th[c], NULL, req_main, &r[c]);
     }
-    printf("four 420-token prompts at once, 1 worker, --max-prefill-tokens 512: TTFT ms");
+    printf("four 420-token prompts at once, 1 worker, --max-prefill-tokens %s: TTFT ms", budget);
     for (int c = 0; c < 4; c++) {
         pthread_join(th[c], NULL);
         free(r[c].body);
@@ -473,17 +482,19 @@ int main(void)
     uint32_t nv = 50257; /* gpt-2's vocabulary */
     const char *before = getenv("KILN_BEFORE_DIR");
     printf("%s\n", path);
-    if (before) { /* another build's kiln first: before and after in one run */
+    if (before && want("chat")) { /* another build's kiln first: before and after in one run */
         char *after = strdup(bin ? bin : "build");
         setenv("KILN_BIN_DIR", before, 1);
         rc = chat(path, 1, nv, " (before: KILN_BEFORE_DIR)") < 0;
         setenv("KILN_BIN_DIR", after, 1);
         free(after);
     }
-    rc = rc || chat(path, 1, nv, "") < 0;
-    (void)llama_chat(path); /* beside kiln's chat; a skip is not a failure */
-    rc = rc || chat_route(path) < 0 || shared(path, 1, nv) < 0 || four(path, nv) < 0;
-    if (rc == 0) { /* a SmolLM-135M-shaped file with an 8,192-token context */
+    rc = rc || (want("chat") && chat(path, 1, nv, "") < 0);
+    if (want("llama"))
+        (void)llama_chat(path); /* beside kiln's chat; a skip is not a failure */
+    rc = rc || (want("route") && chat_route(path) < 0) || (want("shared") && shared(path, 1, nv) < 0);
+    rc = rc || (want("four") && (four(path, nv, "512") < 0 || four(path, nv, "1680") < 0));
+    if (rc == 0 && want("memory")) { /* a SmolLM-135M-shaped file with an 8,192-token context */
         snprintf(path, sizeof(path), "%s/smollm-ctx8k-q8_0.gguf", dir);
         if (stat(path, &sb) < 0) {
             struct model_gen_opts o = {.type = GGML_TYPE_Q8_0, .seed = 1};
@@ -501,6 +512,7 @@ int main(void)
     }
     snprintf(path, sizeof(path), "%s/smollm-q8_0.gguf", dir);
     /* every prompt computed whole (kiln before the cache) */
-    rc = rc || chat(path, 0, nv, "") < 0 || shared(path, 0, nv) < 0;
+    rc = rc || (want("chat") && chat(path, 0, nv, "") < 0) ||
+         (want("shared") && shared(path, 0, nv) < 0);
     return rc;
 }
