@@ -727,8 +727,8 @@ void api_request_over(struct request *lead)
         const struct job *j = &lead->jobs[i];
         if (lead->outs[i].finish)
             a->tokens_out += lead->outs[i].completion_tokens;
-        else if (j->relay)
-            a->tokens_out += relay_tokens(j->relay); /* what it had when it ended */
+        else
+            a->tokens_out += j->n_tokens; /* what it had when it ended */
     }
     a->t_first_us = lead->t_first_us;
     /* a->status is request_fail()'s when it failed; a begun stream was sent as 200 */

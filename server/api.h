@@ -48,7 +48,7 @@ struct front {
     struct auth auth;
     struct ratelimit *ratelimit; /* NULL: --rate-limit 0 (off) */
     struct metrics metrics;
-    uint32_t n_active;           /* HTTP generation requests admitted and not yet over */
+    uint32_t n_active;           /* HTTP generation requests made and not yet over */
     uint64_t n_http_requests;    /* every HTTP request: the seed of made X-Request-Ids */
 };
 

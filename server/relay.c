@@ -1,6 +1,6 @@
-/* The relay of one request (relay.h): worker records -> detok -> stop strings -> events.
- * It keeps the job's protocol state, the tokens not yet reported and the text buffers; it
- * does no I/O and allocates only in relay_create(). */
+/* The text of one job (relay.h): tokens -> detok -> stop strings -> events. It keeps the
+ * tokens not yet reported and the text buffers; it does no I/O and allocates only in
+ * relay_create(). */
 #include "relay.h"
 
 #include <errno.h>
@@ -11,17 +11,7 @@
 #include "detok.h"
 #include "tokenizer.h"
 
-enum relay_state {
-    RELAY_STATE_QUEUED,  /* no record yet */
-    RELAY_STATE_RUNNING, /* STARTED came */
-    RELAY_STATE_OVER,    /* DONE or FAILED came: the job is gone */
-};
-
 struct relay {
-    enum relay_state state;
-    bool finished;    /* the client had its FINISHED/ERROR, or left */
-    bool cancel_sent; /* the caller was told to send CANCEL */
-    uint32_t n_tokens;
     struct detok detok;
     struct stop stop;
     uint32_t n_pending;
@@ -32,7 +22,7 @@ struct relay {
     size_t piece_cap;
     char *text;
     size_t text_cap;
-    char error[WIRE_MAX_ERROR + 64];
+    char error[128]; /* an ERROR event's message */
 };
 
 int relay_create(const struct tokenizer *tok, const char *const *stops, const size_t *stop_len,
@@ -96,20 +86,9 @@ static void emit_text(struct relay *r, size_t len, struct relay_out *out)
     r->n_pending = 0;
 }
 
-static void emit_finished(struct relay *r, enum relay_finish reason, uint32_t completion,
-                          struct relay_out *out)
+static void emit_finished(enum relay_finish reason, struct relay_out *out)
 {
-    struct relay_event *ev = event_add(out, RELAY_EVENT_FINISHED);
-    ev->reason = reason;
-    ev->completion_tokens = completion;
-    r->finished = true;
-}
-
-static void emit_error(struct relay *r, struct relay_out *out)
-{
-    struct relay_event *ev = event_add(out, RELAY_EVENT_ERROR);
-    ev->error = r->error;
-    r->finished = true;
+    event_add(out, RELAY_EVENT_FINISHED)->reason = reason;
 }
 
 /* Run detok output through the stop strings into r->text. Returns the released length or
@@ -119,12 +98,9 @@ static int relay_text(struct relay *r, size_t len, bool *matched)
     return stop_push(&r->stop, r->piece, len, r->text, r->text_cap, matched);
 }
 
-static int relay_token(struct relay *r, const struct proto_token *t, struct relay_out *out)
+void relay_token(struct relay *r, const struct proto_token *t, struct relay_out *out)
 {
-    r->n_tokens++;
-    if (r->finished)
-        return 0; /* stopped or cancelled: the job's last tokens go nowhere */
-
+    out->n = 0;
     struct relay_token *rt = &r->pending[r->n_pending++];
     rt->id = t->token;
     rt->logprob = t->logprob;
@@ -138,19 +114,13 @@ static int relay_token(struct relay *r, const struct proto_token *t, struct rela
     if (n < 0) {
         snprintf(r->error, sizeof r->error, "worker sent token %u, which cannot be decoded (%s)",
                  t->token, strerror(-n));
-        emit_error(r, out);
-        out->send_cancel = !r->cancel_sent;
-        r->cancel_sent = true;
-        return 0;
+        event_add(out, RELAY_EVENT_ERROR)->error = r->error;
+        return;
     }
     if (n > 0 || matched || r->n_pending == RELAY_MAX_PENDING)
         emit_text(r, (size_t)n, out);
-    if (matched) {
-        emit_finished(r, RELAY_FINISH_STOP, r->n_tokens, out);
-        out->send_cancel = !r->cancel_sent;
-        r->cancel_sent = true;
-    }
-    return 0;
+    if (matched)
+        emit_finished(RELAY_FINISH_STOP, out);
 }
 
 static enum relay_finish finish_reason(enum finish_reason reason)
@@ -166,78 +136,18 @@ static enum relay_finish finish_reason(enum finish_reason reason)
     }
 }
 
-static int relay_done(struct relay *r, enum finish_reason reason, uint32_t completion,
-                      struct relay_out *out)
+void relay_done(struct relay *r, enum finish_reason reason, struct relay_out *out)
 {
-    if (r->finished)
-        return 0;
-    /* Release what detok and the stop strings hold; the tail may still complete a stop. */
+    out->n = 0;
+    /* Release what detok and the stop strings hold; the tail may still complete a stop. The
+     * buffers are sized for the flush, so neither step can fail. */
     bool matched = false;
     int n = detok_flush(&r->detok, r->piece, r->piece_cap);
     if (n >= 0)
         n = relay_text(r, (size_t)n, &matched);
-    if (n < 0)
-        return n; /* cannot happen: the buffers are sized for the flush */
-    size_t len = (size_t)n;
+    size_t len = n > 0 ? (size_t)n : 0;
     if (!matched)
         len += stop_finish(&r->stop, r->text + len);
     emit_text(r, len, out);
-    emit_finished(r, matched ? RELAY_FINISH_STOP : finish_reason(reason), completion, out);
-    return 0;
-}
-
-int relay_feed(struct relay *r, const struct proto_msg *m, struct relay_out *out)
-{
-    memset(out, 0, sizeof *out);
-    if (r->state == RELAY_STATE_OVER)
-        return -EPROTO;
-    switch (m->type) {
-    case MSG_TYPE_STARTED:
-        if (r->state != RELAY_STATE_QUEUED)
-            return -EPROTO;
-        r->state = RELAY_STATE_RUNNING;
-        if (!r->finished) {
-            struct relay_event *ev = event_add(out, RELAY_EVENT_STARTED);
-            ev->prompt_tokens = m->u.prompt_tokens;
-            ev->cached_tokens = m->cached_tokens;
-        }
-        return 0;
-    case MSG_TYPE_TOKEN:
-        if (r->state != RELAY_STATE_RUNNING)
-            return -EPROTO;
-        return relay_token(r, &m->u.token, out);
-    case MSG_TYPE_DONE:
-        r->state = RELAY_STATE_OVER;
-        out->job_over = true;
-        return relay_done(r, m->u.done.reason, m->u.done.completion_tokens, out);
-    case MSG_TYPE_FAILED:
-        r->state = RELAY_STATE_OVER;
-        out->job_over = true;
-        if (!r->finished) {
-            snprintf(r->error, sizeof r->error, "%.*s", (int)WIRE_MAX_ERROR, m->u.error);
-            emit_error(r, out);
-        }
-        return 0;
-    default:
-        return -EPROTO;
-    }
-}
-
-bool relay_cancel(struct relay *r)
-{
-    r->finished = true;
-    if (r->state == RELAY_STATE_OVER || r->cancel_sent)
-        return false;
-    r->cancel_sent = true;
-    return true;
-}
-
-bool relay_finished(const struct relay *r)
-{
-    return r->finished;
-}
-
-uint32_t relay_tokens(const struct relay *r)
-{
-    return r->n_tokens;
+    emit_finished(matched ? RELAY_FINISH_STOP : finish_reason(reason), out);
 }

@@ -45,8 +45,7 @@ static void job_cancel(struct job *j)
 {
     if (j->state != JOB_DISPATCHED && j->state != JOB_STARTED)
         return;
-    (void)relay_cancel(j->relay); /* no more events are wanted */
-    j->state = JOB_CANCELLING;
+    j->state = JOB_CANCELLING; /* its relay is fed no more */
     (void)worker_cancel(j->worker, j->req_id);
 }
 
@@ -154,10 +153,7 @@ void request_end(struct request *r)
 {
     struct front *f = r->f;
     api_request_over(r);
-    if (r->counted) {
-        r->counted = false;
-        f->n_active--;
-    }
+    f->n_active--;
     if (r->ev_timeout)
         event_del(r->ev_timeout);
     for (uint32_t i = 0; i < r->n_choices; i++)
@@ -209,6 +205,7 @@ struct request *request_create(struct front *f, struct http_req *http,
     r->t_admit_us = hist_now_us();
     TAILQ_INSERT_TAIL(&f->requests, r, link_all);
     f->n_requests++;
+    f->n_active++; /* until request_end() */
     http_req_on_close(http, on_close, r);
     return r;
 }
@@ -222,53 +219,92 @@ void request_fail(struct request *r, int status, const char *type, const char *m
 
 /* ---- the worker's records ---- */
 
-static void handle_event(struct job *j, const struct relay_event *ev)
+/* The relay's events for j, in order, while its request is not over. completion: the
+ * choice's completion_tokens if it finishes. */
+static void handle_events(struct job *j, const struct relay_out *out, uint32_t completion)
 {
     struct request *r = j->req;
-    if (request_over(r) || r->outs[j->index].finish)
-        return;
-    switch (ev->type) {
-    case RELAY_EVENT_STARTED:
-        reply_started(j, ev->prompt_tokens, ev->cached_tokens);
-        break;
-    case RELAY_EVENT_TEXT:
-        reply_text(j, ev);
-        break;
-    case RELAY_EVENT_FINISHED:
-        reply_finished(j, ev->reason, ev->completion_tokens);
-        break;
-    case RELAY_EVENT_ERROR:
-        request_fail(r, 500, "server_error", ev->error ? ev->error : "generation failed", NULL,
-                     NULL);
-        break;
+    for (uint32_t i = 0; i < out->n && !request_over(r); i++) {
+        const struct relay_event *ev = &out->ev[i];
+        switch (ev->type) {
+        case RELAY_EVENT_TEXT:
+            reply_text(j, ev);
+            break;
+        case RELAY_EVENT_FINISHED:
+            reply_finished(j, ev->reason, completion);
+            break;
+        case RELAY_EVENT_ERROR:
+            request_fail(r, 500, "server_error", ev->error, NULL, NULL);
+            break;
+        }
     }
 }
 
+static void job_broke_protocol(struct job *j, const struct proto_msg *m)
+{
+    log_warn("request %llu: worker record of type %d out of order",
+             (unsigned long long)j->req_id, (int)m->type);
+    job_cancel(j);
+    request_fail(j->req, 500, "server_error", "the worker broke the protocol", NULL, NULL);
+}
+
+/* A TOKEN: into the relay while j runs for its client; a stop string or a token that cannot
+ * be decoded ends j there. Once CANCELLING, the tokens in flight are only counted. */
+static void job_token(struct job *j, const struct proto_token *t)
+{
+    struct relay_out out;
+    j->n_tokens++;
+    if (j->state != JOB_STARTED)
+        return;
+    relay_token(j->relay, t, &out);
+    if (out.n && out.ev[out.n - 1].type != RELAY_EVENT_TEXT)
+        job_cancel(j); /* FINISHED or ERROR: the rest is not wanted */
+    handle_events(j, &out, j->n_tokens);
+}
+
+/* The worker layer gives only records of a job on a worker (DISPATCHED, STARTED or
+ * CANCELLING), and of a type a worker sends. The job's state is the protocol's state: a
+ * record out of order fails the request, except while CANCELLING, when STARTED and TOKEN
+ * may still be in flight and only the final record matters. */
 void request_on_record(struct job *j, const struct proto_msg *m)
 {
     struct request *r = j->req;
     struct relay_out out;
-    bool final = m->type == MSG_TYPE_DONE || m->type == MSG_TYPE_FAILED;
+    bool wanted = j->state == JOB_DISPATCHED || j->state == JOB_STARTED;
 
-    if (final) { /* the worker layer released the slot; the relay goes once it is read */
+    switch (m->type) {
+    case MSG_TYPE_STARTED:
+        if (j->state == JOB_DISPATCHED) {
+            j->state = JOB_STARTED;
+            reply_started(j, m->u.prompt_tokens, m->cached_tokens);
+        } else if (j->state != JOB_CANCELLING) {
+            job_broke_protocol(j, m);
+        }
+        break;
+    case MSG_TYPE_TOKEN:
+        if (j->state == JOB_DISPATCHED)
+            job_broke_protocol(j, m);
+        else
+            job_token(j, &m->u.token);
+        break;
+    case MSG_TYPE_DONE:
+    case MSG_TYPE_FAILED:
+        /* the worker layer released the slot: j is DONE before its last events, so that the
+         * answer they may complete does not cancel it */
         j->state = JOB_DONE;
         j->worker = NULL;
-    } else if (m->type == MSG_TYPE_STARTED && j->state == JOB_DISPATCHED) {
-        j->state = JOB_STARTED;
-    }
-    if (relay_feed(j->relay, m, &out) < 0) {
-        log_warn("request %llu: worker record of type %d out of order",
-                 (unsigned long long)j->req_id, (int)m->type);
-        job_cancel(j);
-        request_fail(r, 500, "server_error", "the worker broke the protocol", NULL, NULL);
-    } else {
-        if (out.send_cancel)
-            job_cancel(j);
-        for (uint32_t i = 0; i < out.n; i++)
-            handle_event(j, &out.ev[i]);
-    }
-    if (final)
+        if (wanted && m->type == MSG_TYPE_DONE) {
+            relay_done(j->relay, m->u.done.reason, &out);
+            handle_events(j, &out, m->u.done.completion_tokens);
+        } else if (wanted) {
+            request_fail(r, 500, "server_error", m->u.error, NULL, NULL);
+        }
         job_done(j);
+        break;
+    default:
+        job_broke_protocol(j, m);
+        break;
+    }
     request_settle(r);
 }
 
@@ -282,13 +318,12 @@ void request_on_job_lost(struct job *j, const char *cause)
         queue_push_head(&r->f->queue, j);
         return;
     }
-    /* a cancelled job or an answered choice loses nothing; a started one fails its request
-     * (the other choices go with it) */
-    bool started = j->state == JOB_STARTED && !r->outs[j->index].finish;
-    j->state = JOB_DONE; /* off its worker; its relay still counts its tokens for the log */
+    /* a cancelled job (its choice answered or not wanted) loses nothing; a started one fails
+     * its request (the other choices go with it) */
+    bool started = j->state == JOB_STARTED;
+    job_done(j);
     if (started)
         request_fail(r, 500, "server_error", cause, NULL, "worker_crashed");
-    job_done(j);
     request_settle(r);
 }
 
@@ -337,8 +372,6 @@ int request_start(struct request *r)
     struct front *f = r->f;
     int rc = 0;
 
-    r->counted = true;
-    f->n_active++;
     for (uint32_t i = 0; i < r->n_choices && rc == 0; i++) {
         struct request_out *o = &r->outs[i];
         if (!(o->text = evbuffer_new()))

@@ -59,6 +59,7 @@ struct job {
     /* chat replies read for tool calls and reasoning (the request's tc.format NONE and
      * !tc.reasoning: NULL, the text goes out as it is) */
     struct toolcall *tc_parser;
+    uint32_t n_tokens;  /* TOKEN records received (in flight after a cancel too) */
     uint64_t t_last_us; /* hist_now_us() of its last text */
 };
 
@@ -114,7 +115,6 @@ struct request {
     uint32_t prompt_tokens, completion_tokens;
     uint32_t cached_tokens; /* of prompt_tokens, reused from the worker's KV cache */
 
-    bool counted;       /* counts towards --max-concurrent-requests (from request_start) */
     bool client_gone;   /* it ended because its client left */
     bool reply_started; /* the SSE stream's headers were sent */
     struct evbuffer *text; /* a stream's frame being written */

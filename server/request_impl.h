@@ -16,7 +16,7 @@ void request_end(struct request *r);
 
 /* ---- request_reply.c ---- */
 
-/* The relay's events for job j, while j's request is not over and j not answered. */
+/* Job j's STARTED record, and its relay's events, while j runs for its request's client. */
 void reply_started(struct job *j, uint32_t prompt_tokens, uint32_t cached_tokens);
 void reply_text(struct job *j, const struct relay_event *ev);
 /* j's choice is answered; when it was the last, the whole answer goes and r is over. */
