@@ -332,6 +332,10 @@ fuzz-http: $(B)/gen/webui_assets.c
 	  > build-fuzz/corpus-http/chat
 	printf '\001{"prompt":[1,2,3],"response_format":{"type":"json_object"},"top_k":3}' \
 	  > build-fuzz/corpus-http/ids
+	printf '\003\007POST /v1/completions HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}GET / HTTP/1.0\r\n\r\n' \
+	  > build-fuzz/corpus-http/parse-post
+	printf '\003\002POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n2;x\r\nab\r\n0\r\nT: 1\r\n\r\n' \
+	  > build-fuzz/corpus-http/parse-chunked
 	build-fuzz/fuzz_http -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -print_final_stats=1 \
 	  -artifact_prefix=build-fuzz/ build-fuzz/corpus-http
 

@@ -1,5 +1,6 @@
 /* libFuzzer target for what a client sends the front: the request-framing tracker
- * (server/http_guard.c) fed any bytes in pieces of a size the input chooses, and the JSON
+ * (server/http_guard.c) and kiln's own request parser (server/http_parse.c) fed any bytes in
+ * pieces of a size the input chooses, and the JSON
  * body handling of the generation routes (api_parse_common and api_parse_prompt over any
  * bytes parsed as JSON, against the mock's model facts). Checks the guard's contract (it
  * never consumes more than it is given, a verdict stays, what it holds back is within the
@@ -10,12 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/buffer.h>
 #include <jansson.h>
 
 #include "../server/api.h"
 #include "../server/api_impl.h"
 #include "../server/config.h"
 #include "../server/http_guard.h"
+#include "../server/http_parse.h"
 #include "../server/request.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -44,6 +47,45 @@ static void fuzz_guard(const uint8_t *data, size_t size)
             break;
         }
     }
+}
+
+/* kiln's own request parser over any bytes in pieces: it takes no more than it is given, a
+ * refusal stays and names one of its statuses, a body stays within the limit, and it always
+ * moves on (a call that takes nothing returns DONE or ERROR). */
+static void fuzz_parse(const uint8_t *data, size_t size)
+{
+    struct http_parser p;
+    struct evbuffer *body = evbuffer_new();
+    size_t step = (size_t)(data[0] % 64) + 1, off = 1;
+    enum http_parse_status st = HTTP_PARSE_MORE;
+    if (!body || http_parser_init(&p, 1u << 16, 1024) < 0)
+        __builtin_trap();
+    while (off < size || st == HTTP_PARSE_HEAD) {
+        size_t n = size - off < step ? size - off : step, used = 0;
+        st = http_parser_feed(&p, (const char *)data + off, n, body, &used);
+        if (used > n)
+            __builtin_trap();
+        off += used;
+        if (evbuffer_get_length(body) > p.max_body)
+            __builtin_trap();
+        if (st == HTTP_PARSE_ERROR) {
+            int s = p.status;
+            if (s != 400 && s != 413 && s != 417 && s != 431 && s != 501 && s != 505 &&
+                s != 503)
+                __builtin_trap();
+            break;
+        }
+        if (st == HTTP_PARSE_DONE) {
+            if (p.method && !*p.method)
+                __builtin_trap();
+            evbuffer_drain(body, evbuffer_get_length(body));
+            http_parser_next(&p);
+        } else if (st == HTTP_PARSE_MORE && used != n) {
+            __builtin_trap(); /* MORE means every byte was taken */
+        }
+    }
+    http_parser_free(&p);
+    evbuffer_free(body);
 }
 
 static struct front fuzz_front;
@@ -103,9 +145,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (size < 2)
         return 0;
-    switch (data[0] % 3) {
+    switch (data[0] % 4) {
     case 0:
         fuzz_guard(data + 1, size - 1);
+        break;
+    case 3:
+        fuzz_parse(data + 1, size - 1);
         break;
     case 1:
         fuzz_body(data + 1, size - 1, REQUEST_KIND_COMPLETION);
