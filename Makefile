@@ -307,7 +307,7 @@ fuzz-gguf:
 	build-fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \
 	  -artifact_prefix=build-fuzz/ build-fuzz/corpus
 
-# What clients send: the request-framing guard over any bytes in any piece sizes, and the
+# What clients send: kiln's HTTP request parser over any bytes in any piece sizes, and the
 # generation routes' JSON body handling against the mock's model facts (tests/fuzz_http.c),
 # for FUZZ_SECONDS. The front's sources go into an archive so only what the target needs is
 # linked.

@@ -159,6 +159,33 @@ static void test_http_parse_refuses_ambiguous_framing(void **state)
     expect("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab\r\n", 0, 400, NULL);
 }
 
+/* What the front's former framing guard checked, now the parser's: the limits are inclusive,
+ * a chunked body's total counts, line ends may be bare LFs or split, and a Content-Length is
+ * plain digits. */
+static void test_http_parse_limits_are_inclusive_and_lengths_plain(void **state)
+{
+    (void)state;
+    static char ok[8192], over[8192];
+    expect("POST / HTTP/1.1\r\nContent-Length: 4096\r\n\r\n", 0, 0, NULL); /* waits for it */
+    /* 0xf00 + 0x100 = 4096 is fine; one more byte is not */
+    int n = snprintf(ok, sizeof(ok), "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nf00\r\n");
+    memset(ok + n, 'a', 0xf00);
+    n += 0xf00;
+    memcpy(over, ok, (size_t)n);
+    snprintf(ok + n, sizeof(ok) - (size_t)n, "\r\n100\r\n");
+    memset(ok + strlen(ok), 'b', 0x100);
+    strcat(ok, "\r\n0\r\n\r\n");
+    expect(ok, 1, 0, NULL);
+    snprintf(over + n, sizeof(over) - (size_t)n, "\r\n101\r\n");
+    expect(over, 0, 413, NULL);
+    expect("POST / HTTP/1.1\r\nContent-Length: 1\r\n\nx", 1, 0, "x"); /* CRLF then LF */
+    expect("POST / HTTP/1.1\r\nContent-Length: 12x\r\n\r\n", 0, 400, NULL);
+    expect("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 0, 400, NULL);
+    expect("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n", 0, 400, NULL);
+    expect("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+           0, 501, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -168,6 +195,7 @@ int main(void)
         cmocka_unit_test(test_http_parse_keep_alive_and_expect),
         cmocka_unit_test(test_http_parse_limits),
         cmocka_unit_test(test_http_parse_refuses_ambiguous_framing),
+        cmocka_unit_test(test_http_parse_limits_are_inclusive_and_lengths_plain),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
-/* Tests of the request-framing guard: the tracker alone, fed byte by byte and in pieces
- * (Content-Length, chunked, pipelined requests, split CRLFs, the header limit, oversize bodies
- * declared or chunked, malformed framing), then `kiln --model mock` answering requests over its
- * limits with OpenAI-shaped JSON (413, 431) while normal and pipelined requests still work. */
+/* Tests of the front's HTTP connection layer (server/http.c, http_conn.c, http_response.c)
+ * against `kiln --model mock`: requests over its limits or with framing the parser refuses are
+ * answered with OpenAI-shaped JSON (413, 431, 400) and Connection: close, after the answers to
+ * the requests pipelined before them, while normal and pipelined requests still work. The
+ * parser alone is tests/test_http_parse.c's. */
 #include <errno.h>
 #include <poll.h>
 #include <setjmp.h>
@@ -18,180 +19,10 @@
 
 #include <cmocka.h>
 
-#include "../server/http_guard.h"
 #include "front_util.h"
 
 #define MAX_BODY 4096
 #define MAX_HEADER 1024
-
-/* ---- the tracker ---- */
-
-/* Feed s in pieces of step bytes (0: all at once); returns the bytes consumed. */
-static size_t feed_steps(struct http_guard *g, const char *s, size_t n, size_t step)
-{
-    size_t off = 0;
-    if (step == 0)
-        step = n;
-    while (off < n) {
-        size_t k = n - off < step ? n - off : step;
-        size_t used = http_guard_feed(g, s + off, k);
-        off += used;
-        if (used < k)
-            break;
-    }
-    return off;
-}
-
-static const size_t steps[] = {0, 1, 2, 3, 7, 64};
-#define N_STEPS (sizeof(steps) / sizeof(steps[0]))
-
-/* Every way of cutting s: the same requests and verdict. */
-static void expect_all_steps(const char *s, uint64_t want_requests,
-                             enum http_guard_verdict want, size_t want_consumed)
-{
-    for (size_t i = 0; i < N_STEPS; i++) {
-        struct http_guard g;
-        http_guard_init(&g, MAX_BODY, MAX_HEADER);
-        size_t used = feed_steps(&g, s, strlen(s), steps[i]);
-        assert_int_equal(g.requests, want_requests);
-        assert_int_equal(g.verdict, want);
-        assert_int_equal(used, want_consumed);
-    }
-}
-
-static void test_http_guard_content_length_body_is_one_request(void **state)
-{
-    (void)state;
-    const char *s = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello";
-    expect_all_steps(s, 1, HTTP_GUARD_OK, strlen(s));
-}
-
-static void test_http_guard_holds_an_incomplete_header_block(void **state)
-{
-    (void)state;
-    struct http_guard g;
-    const char *s = "POST / HTTP/1.1\r\nContent-Length: 3\r\n";
-    http_guard_init(&g, MAX_BODY, MAX_HEADER);
-    assert_int_equal(http_guard_feed(&g, s, strlen(s)), strlen(s));
-    assert_int_equal(http_guard_held(&g), strlen(s)); /* nothing of it may pass yet */
-    assert_int_equal(http_guard_feed(&g, "\r\n", 2), 2);
-    assert_int_equal(http_guard_held(&g), 0);         /* whole: it passes, the body follows */
-    assert_int_equal(g.state, HTTP_GUARD_ST_BODY);
-    assert_int_equal(http_guard_feed(&g, "abc", 3), 3);
-    assert_int_equal(g.requests, 1);
-}
-
-static void test_http_guard_chunked_body_with_trailers(void **state)
-{
-    (void)state;
-    const char *s = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-                    "5\r\nhello\r\n1a ext=1\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nX-T: 1\r\n\r\n";
-    expect_all_steps(s, 1, HTTP_GUARD_OK, strlen(s));
-}
-
-static void test_http_guard_pipelined_requests_are_counted(void **state)
-{
-    (void)state;
-    const char *s = "GET /health HTTP/1.1\r\n\r\n"
-                    "POST /a HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"
-                    "POST /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
-                    "GET /health HTTP/1.1\r\nContent-Length: 4\r\n\r\n";
-    /* GET carries no body for libevent: its Content-Length frames nothing */
-    expect_all_steps(s, 4, HTTP_GUARD_OK, strlen(s));
-}
-
-static void test_http_guard_bare_lf_and_split_crlf_end_a_header_block(void **state)
-{
-    (void)state;
-    static const char *const ok[] = {
-        "POST / HTTP/1.1\nContent-Length: 1\n\nx",
-        "POST / HTTP/1.1\r\nContent-Length: 1\r\n\nx",
-        "GET / HTTP/1.1\r\nX: a\rb\r\n\r\n", /* a lone CR is part of a line, not its end */
-    };
-    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
-        expect_all_steps(ok[i], 1, HTTP_GUARD_OK, strlen(ok[i]));
-}
-
-static void test_http_guard_header_block_over_limit_is_431(void **state)
-{
-    (void)state;
-    size_t n = MAX_HEADER + 200;
-    char *s = malloc(n + 1);
-    assert_non_null(s);
-    memcpy(s, "GET / HTTP/1.1\r\nX-Big: ", 23);
-    memset(s + 23, 'a', n - 23);
-    s[n] = '\0';
-    expect_all_steps(s, 0, HTTP_GUARD_HEADERS_TOO_LARGE, MAX_HEADER);
-    struct http_guard g;
-    http_guard_init(&g, MAX_BODY, MAX_HEADER);
-    http_guard_feed(&g, s, n);
-    assert_int_equal(http_guard_held(&g), MAX_HEADER); /* all of it is dropped */
-    assert_int_equal(http_guard_status(g.verdict), 431);
-    free(s);
-}
-
-static void test_http_guard_declared_body_over_limit_is_413_before_the_body(void **state)
-{
-    (void)state;
-    const char *ok = "GET / HTTP/1.1\r\n\r\n";
-    const char *bad = "POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 4097\r\n\r\n";
-    char s[256];
-    snprintf(s, sizeof(s), "%s%s", ok, bad);
-    /* decided at the header block's last byte: no body byte is needed */
-    expect_all_steps(s, 1, HTTP_GUARD_BODY_TOO_LARGE, strlen(s) - 1);
-    struct http_guard g;
-    http_guard_init(&g, MAX_BODY, MAX_HEADER);
-    size_t used = http_guard_feed(&g, s, strlen(s));
-    /* the bytes before the bad request pass; the bad one's are held (dropped) */
-    assert_int_equal(used - http_guard_held(&g), strlen(ok));
-    assert_int_equal(http_guard_status(g.verdict), 413);
-    /* exactly the limit is fine */
-    const char *limit = "POST / HTTP/1.1\r\nContent-Length: 4096\r\n\r\n";
-    expect_all_steps(limit, 0, HTTP_GUARD_OK, strlen(limit));
-}
-
-static void test_http_guard_chunked_total_over_limit_is_413(void **state)
-{
-    (void)state;
-    /* 0xf00 + 0x100 = 4096 is fine; one more byte is not */
-    const char *head = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nf00\r\n";
-    expect_all_steps(head, 0, HTTP_GUARD_OK, strlen(head));
-    struct http_guard g;
-    http_guard_init(&g, MAX_BODY, MAX_HEADER);
-    assert_int_equal(http_guard_feed(&g, head, strlen(head)), strlen(head));
-    char *data = calloc(1, 0xf00);
-    assert_non_null(data);
-    assert_int_equal(http_guard_feed(&g, data, 0xf00), 0xf00);
-    free(data);
-    assert_int_equal(http_guard_feed(&g, "\r\n101\r\n", 7), 6); /* stops at the line's end */
-    assert_int_equal(g.verdict, HTTP_GUARD_BODY_TOO_LARGE);
-    assert_int_equal(http_guard_held(&g), 0); /* the headers and body so far already passed */
-    assert_int_equal(http_guard_feed(&g, "x", 1), 0);   /* and nothing more is taken */
-}
-
-static void test_http_guard_malformed_framing_is_400(void **state)
-{
-    (void)state;
-    static const char *const bad[] = {
-        "POST / HTTP/1.1\r\nContent-Length: 12x\r\n\r\n",
-        "POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
-        "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
-        "POST / HTTP/1.1\r\nContent-Length : 1\r\n\r\n",
-        "POST / HTTP/1.1\r\nX: a\r\n folded\r\n\r\n",
-        "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
-        "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-        "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;x\r\n",
-        "POST / HTTP/1.1\r\nConnection: keep-alive\r\n\r\n",
-    };
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        struct http_guard g;
-        http_guard_init(&g, MAX_BODY, MAX_HEADER);
-        http_guard_feed(&g, bad[i], strlen(bad[i]));
-        if (g.verdict != HTTP_GUARD_MALFORMED)
-            fail_msg("not refused: %s", bad[i]);
-        assert_int_equal(http_guard_status(g.verdict), 400);
-    }
-}
 
 /* ---- against kiln ---- */
 
@@ -335,7 +166,7 @@ static int answers_next(struct answers *a, struct http_response *r)
     return st;
 }
 
-static void test_http_guard_body_over_limit_is_413_json(void **state)
+static void test_http_body_over_limit_is_413_json(void **state)
 {
     int port = kiln_port(*state);
     size_t n = 8192;
@@ -354,7 +185,7 @@ static void test_http_guard_body_over_limit_is_413_json(void **state)
     assert_still_serves(port);
 }
 
-static void test_http_guard_declared_oversize_is_refused_without_the_body(void **state)
+static void test_http_declared_oversize_is_refused_without_the_body(void **state)
 {
     int port = kiln_port(*state);
     int fd = http_raw_connect(port);
@@ -371,7 +202,7 @@ static void test_http_guard_declared_oversize_is_refused_without_the_body(void *
     assert_still_serves(port);
 }
 
-static void test_http_guard_chunked_body_over_limit_is_413_json(void **state)
+static void test_http_chunked_body_over_limit_is_413_json(void **state)
 {
     int port = kiln_port(*state);
     int fd = http_raw_connect(port);
@@ -395,7 +226,7 @@ static void test_http_guard_chunked_body_over_limit_is_413_json(void **state)
     assert_still_serves(port);
 }
 
-static void test_http_guard_headers_over_limit_are_431_json(void **state)
+static void test_http_headers_over_limit_are_431_json(void **state)
 {
     int port = kiln_port(*state);
     char big[2048];
@@ -411,7 +242,7 @@ static void test_http_guard_headers_over_limit_are_431_json(void **state)
     assert_still_serves(port);
 }
 
-static void test_http_guard_pipelined_requests_are_all_answered(void **state)
+static void test_http_pipelined_requests_are_all_answered(void **state)
 {
     int port = kiln_port(*state);
     int fd = http_raw_connect(port);
@@ -438,7 +269,7 @@ static void test_http_guard_pipelined_requests_are_all_answered(void **state)
     close(fd);
 }
 
-static void test_http_guard_pipelined_request_before_a_refused_one_is_answered(void **state)
+static void test_http_pipelined_request_before_a_refused_one_is_answered(void **state)
 {
     int port = kiln_port(*state);
     int fd = http_raw_connect(port);
@@ -474,28 +305,116 @@ static void test_http_guard_pipelined_request_before_a_refused_one_is_answered(v
     assert_false(proc_gone(kiln_pid(*state)));
 }
 
+/* Send req alone on a new connection; the answer's status (the body parsed into r). */
+static int raw_exchange(int port, const char *req, struct http_response *r)
+{
+    int fd = http_raw_connect(port);
+    assert_true(fd >= 0);
+    assert_int_equal(http_raw_send(fd, req, strlen(req)), 0);
+    int st = http_raw_read_response(fd, r, 10000);
+    close(fd);
+    return st;
+}
+
+static void test_http_refused_framing_is_json_with_its_status(void **state)
+{
+    int port = kiln_port(*state);
+    static const struct {
+        const char *req;
+        int status;
+    } cases[] = {
+        {"POST /v1/completions HTTP/1.1\r\nContent-Length: 2\r\n"
+         "Transfer-Encoding: chunked\r\n\r\n", 400},
+        {"POST /v1/completions HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n", 400},
+        {"GET /health HTTP/1.1\r\nX: a\r\n folded\r\n\r\n", 400},
+        {"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
+        {"GET /health HTTP/2.0\r\n\r\n", 505},
+        {"POST /v1/completions HTTP/1.1\r\nExpect: a-miracle\r\nContent-Length: 2\r\n\r\n{}", 417},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct http_response r;
+        int st = raw_exchange(port, cases[i].req, &r);
+        if (st != cases[i].status)
+            fail_msg("%d, not %d, for: %s", st, cases[i].status, cases[i].req);
+        json_t *j = json_loads(r.body, 0, NULL);
+        assert_non_null(j);
+        assert_true(json_is_string(json_object_get(json_object_get(j, "error"), "message")));
+        json_decref(j);
+        assert_string_equal(http_header_get(&r, "Connection"), "close");
+        http_response_free(&r);
+    }
+    assert_still_serves(port);
+}
+
+static void test_http_head_http10_and_expect_continue(void **state)
+{
+    int port = kiln_port(*state);
+    struct http_response r;
+    char *all = NULL;
+    size_t len = 0;
+    /* HEAD: the GET's headers (its length) and no body */
+    int fd = http_raw_connect(port);
+    assert_true(fd >= 0);
+    const char *req = "HEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    assert_int_equal(http_raw_send(fd, req, strlen(req)), 0);
+    assert_int_equal(http_raw_read_all(fd, &all, &len, 10000), 0);
+    assert_true(len > 12 && memcmp(all, "HTTP/1.1 200", 12) == 0);
+    assert_non_null(strcasestr(all, "\r\nContent-Length: "));
+    assert_non_null(strstr(all, "\r\nConnection: close\r\n"));
+    assert_memory_equal(all + len - 4, "\r\n\r\n", 4); /* nothing after the headers */
+    free(all);
+    close(fd);
+    /* HTTP/1.0 without keep-alive: answered in 1.0, then the connection ends */
+    fd = http_raw_connect(port);
+    assert_true(fd >= 0);
+    req = "GET /health HTTP/1.0\r\n\r\n";
+    assert_int_equal(http_raw_send(fd, req, strlen(req)), 0);
+    all = NULL;
+    len = 0;
+    assert_int_equal(http_raw_read_all(fd, &all, &len, 10000), 0);
+    assert_true(len > 12 && memcmp(all, "HTTP/1.0 200", 12) == 0);
+    assert_non_null(strstr(all, "\"status\""));
+    free(all);
+    close(fd);
+    /* Expect: 100-continue: the interim answer comes before the body is sent */
+    fd = http_raw_connect(port);
+    assert_true(fd >= 0);
+    const char *body = "{\"prompt\":\"hi\",\"max_tokens\":4}";
+    char head[512];
+    int n = snprintf(head, sizeof(head),
+                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                     strlen(body));
+    assert_int_equal(http_raw_send(fd, head, (size_t)n), 0);
+    char got[64];
+    size_t have = 0;
+    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    while (have < sizeof(cont) - 1) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        assert_int_equal(poll(&pfd, 1, 10000), 1);
+        ssize_t k = recv(fd, got + have, sizeof(cont) - 1 - have, 0);
+        assert_true(k > 0);
+        have += (size_t)k;
+    }
+    assert_memory_equal(got, cont, sizeof(cont) - 1);
+    assert_int_equal(http_raw_send(fd, body, strlen(body)), 0);
+    assert_int_equal(http_raw_read_response(fd, &r, 10000), 200);
+    assert_non_null(strstr(r.body, "choices"));
+    http_response_free(&r);
+    close(fd);
+}
+
 int main(void)
 {
-    const struct CMUnitTest unit[] = {
-        cmocka_unit_test(test_http_guard_content_length_body_is_one_request),
-        cmocka_unit_test(test_http_guard_holds_an_incomplete_header_block),
-        cmocka_unit_test(test_http_guard_chunked_body_with_trailers),
-        cmocka_unit_test(test_http_guard_pipelined_requests_are_counted),
-        cmocka_unit_test(test_http_guard_bare_lf_and_split_crlf_end_a_header_block),
-        cmocka_unit_test(test_http_guard_header_block_over_limit_is_431),
-        cmocka_unit_test(test_http_guard_declared_body_over_limit_is_413_before_the_body),
-        cmocka_unit_test(test_http_guard_chunked_total_over_limit_is_413),
-        cmocka_unit_test(test_http_guard_malformed_framing_is_400),
-    };
     const struct CMUnitTest server[] = {
-        cmocka_unit_test(test_http_guard_body_over_limit_is_413_json),
-        cmocka_unit_test(test_http_guard_declared_oversize_is_refused_without_the_body),
-        cmocka_unit_test(test_http_guard_chunked_body_over_limit_is_413_json),
-        cmocka_unit_test(test_http_guard_headers_over_limit_are_431_json),
-        cmocka_unit_test(test_http_guard_pipelined_requests_are_all_answered),
-        cmocka_unit_test(test_http_guard_pipelined_request_before_a_refused_one_is_answered),
+        cmocka_unit_test(test_http_body_over_limit_is_413_json),
+        cmocka_unit_test(test_http_declared_oversize_is_refused_without_the_body),
+        cmocka_unit_test(test_http_chunked_body_over_limit_is_413_json),
+        cmocka_unit_test(test_http_headers_over_limit_are_431_json),
+        cmocka_unit_test(test_http_pipelined_requests_are_all_answered),
+        cmocka_unit_test(test_http_pipelined_request_before_a_refused_one_is_answered),
+        cmocka_unit_test(test_http_refused_framing_is_json_with_its_status),
+        cmocka_unit_test(test_http_head_http10_and_expect_continue),
     };
-    int rc = cmocka_run_group_tests_name("http_guard", unit, NULL, NULL);
-    rc += cmocka_run_group_tests_name("http_guard_kiln", server, server_setup, server_teardown);
-    return rc;
+    return cmocka_run_group_tests_name("http", server, server_setup, server_teardown);
 }
