@@ -621,19 +621,10 @@ static bool route(struct front *f, struct http_req *http, const struct access_en
     const char *path = http_req_path(http);
     enum http_method method = http_req_method(http);
 
-    if (!path) {
-        /* the request could not be read; the server set the status (413 for a body over the
-         * limit) */
-        int code = http_req_failed_status(http);
-        if (code == 413) {
-            metrics_count_rejected(&f->metrics, METRICS_REJECT_TOO_LARGE);
-            api_send_error(http, 413, "invalid_request_error",
-                           "the request body is larger than the server accepts", NULL, NULL);
-        } else {
-            metrics_count_rejected(&f->metrics, METRICS_REJECT_INVALID);
-            api_send_error(http, code >= 400 ? code : 400, "invalid_request_error",
-                           "malformed HTTP request", NULL, NULL);
-        }
+    if (!path) { /* "*" or an authority: no route has such a name */
+        metrics_count_rejected(&f->metrics, METRICS_REJECT_INVALID);
+        api_send_error(http, 400, "invalid_request_error",
+                       "the request target is not a path", NULL, NULL);
         return false;
     }
     /* the chat page's files need no key and are not rate limited (a page load is several

@@ -56,13 +56,10 @@ void http_destroy(struct http_server *s);
 
 enum http_method http_req_method(const struct http_req *req);
 
-/* The path of the request target (without the query), or NULL when the request could not be
- * read at all (http_req_failed_status() then says why). */
+/* The path of the request target (without the query), or NULL for a target that names no
+ * path ("*", an authority). A request that could not be read never reaches the handler: the
+ * server refuses it itself. */
 const char *http_req_path(const struct http_req *req);
-
-/* For a request that could not be read (http_req_path() NULL): the status it deserves (413 for
- * a body over the limit; 0 or another code otherwise). */
-int http_req_failed_status(const struct http_req *req);
 
 /* A request header's value (names compare without case), or NULL. */
 const char *http_req_header(const struct http_req *req, const char *name);

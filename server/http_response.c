@@ -138,11 +138,6 @@ const char *http_req_path(const struct http_req *req)
     return req->path;
 }
 
-int http_req_failed_status(const struct http_req *req)
-{
-    return req->path ? 0 : 400;
-}
-
 int http_req_status(const struct http_req *req)
 {
     return req->status;

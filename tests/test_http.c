@@ -62,6 +62,17 @@ static void assert_openai_error(const struct http_response *r, const char *code)
     assert_string_equal(ct, "application/json");
 }
 
+/* An OpenAI error body of type invalid_request_error (any code). */
+static void assert_openai_error_type(const struct http_response *r)
+{
+    json_t *j = json_loads(r->body, 0, NULL);
+    assert_non_null(j);
+    json_t *e = json_object_get(j, "error");
+    assert_true(json_is_string(json_object_get(e, "message")));
+    assert_string_equal(json_string_value(json_object_get(e, "type")), "invalid_request_error");
+    json_decref(j);
+}
+
 static void assert_still_serves(int port)
 {
     json_t *j;
@@ -404,6 +415,19 @@ static void test_http_head_http10_and_expect_continue(void **state)
     close(fd);
 }
 
+static void test_http_target_without_a_path_is_400_json(void **state)
+{
+    int port = kiln_port(*state);
+    struct http_response r;
+    /* absolute-form names a path; "*" and an authority do not */
+    assert_int_equal(raw_exchange(port, "GET http://x/health HTTP/1.1\r\nHost: x\r\n\r\n", &r),
+                     200);
+    http_response_free(&r);
+    assert_int_equal(raw_exchange(port, "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n", &r), 400);
+    assert_openai_error_type(&r);
+    http_response_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest server[] = {
@@ -415,6 +439,7 @@ int main(void)
         cmocka_unit_test(test_http_pipelined_request_before_a_refused_one_is_answered),
         cmocka_unit_test(test_http_refused_framing_is_json_with_its_status),
         cmocka_unit_test(test_http_head_http10_and_expect_continue),
+        cmocka_unit_test(test_http_target_without_a_path_is_400_json),
     };
     return cmocka_run_group_tests_name("http", server, server_setup, server_teardown);
 }
