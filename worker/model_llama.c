@@ -12,10 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "kernels.h"
 #include "quant.h"
 #include "threadpool.h"
@@ -155,87 +151,6 @@ static void rope_store_task(void *ctx, int b, int thread)
     kern_f32_to_f16(L->kv_v + at, v, c->kv_dim);
 }
 
-/* x[i] = f32(f16(x[i])), round to nearest even: F16C where the CPU has it (8 at a time). */
-static void round_f16_scalar(float *x, int n, int i)
-{
-    for (; i < n; i++)
-        x[i] = quant_f16_to_f32(quant_f32_to_f16(x[i]));
-}
-
-#if defined(__x86_64__)
-__attribute__((target("avx,f16c"))) static void round_f16_f16c(float *x, int n)
-{
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(x + i);
-        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)));
-    }
-    round_f16_scalar(x, n, i);
-}
-#endif
-
-static void round_f16(float *x, int n)
-{
-#if defined(__x86_64__)
-    static int f16c = -1;
-    if (f16c < 0)
-        f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-    if (f16c) {
-        round_f16_f16c(x, n);
-        return;
-    }
-#endif
-    round_f16_scalar(x, n, 0);
-}
-
-/* Row b, head h: causal attention over its own slot's cache, positions t0..pos, where t0
- * is 0, or pos - window + 1 in a sliding-window layer. Scores are scaled by attn_scale and,
- * in gemma2, soft-capped. */
-static void attn_task(void *ctx, int task, int thread)
-{
-    struct llama *L = ctx;
-    const struct llama_config *c = &L->c;
-    const struct llama_layer *ly = &L->layers[L->layer];
-    int b = task / c->n_heads, h = task % c->n_heads;
-    int kvh = h / (c->n_heads / c->n_kv_heads), pos = L->row_pos[b];
-    int t0 = ly->window && (uint32_t)pos >= ly->window ? pos - (int)ly->window + 1 : 0;
-    int n_t = pos + 1 - t0;
-    const uint32_t *tab = kv_cache_table(L->kvc, L->row_slot[b]);
-    size_t head = (size_t)kvh * c->head_dim, kv_dim = (size_t)c->kv_dim;
-    float *q = L->q + (size_t)b * c->q_dim + (size_t)h * c->head_dim;
-    float *out = L->ao + (size_t)b * c->q_dim + (size_t)h * c->head_dim;
-    float *att = L->att + (size_t)thread * L->ctx;
-    float scale = c->attn_scale, cap = c->softcap_attn;
-
-    /* the query (this head's part is this task's alone) and the attention weights rounded
-     * to F16, as llama.cpp's products with its F16 cache round them: the two then agree to
-     * float rounding, not to F16's. Positions are read a block at a time through the
-     * slot's block table. */
-    round_f16(q, c->head_dim);
-    for (int t = t0; t <= pos;) {
-        int end = (t / KV_BLOCK + 1) * KV_BLOCK;
-        const uint16_t *kc = L->kv_k + llama_kv_at(L, tab[t / KV_BLOCK], L->layer, (uint32_t)t % KV_BLOCK) + head;
-        if (end > pos + 1)
-            end = pos + 1;
-        for (; t < end; t++, kc += kv_dim)
-            att[t - t0] = L->k->dot_f16(kc, q, c->head_dim) * scale;
-    }
-    if (cap > 0.0f)
-        for (int t = 0; t < n_t; t++)
-            att[t] = cap * tanhf(att[t] / cap);
-    L->k->softmax(att, n_t);
-    round_f16(att, n_t);
-    memset(out, 0, (size_t)c->head_dim * sizeof(float));
-    for (int t = t0; t <= pos;) {
-        int end = (t / KV_BLOCK + 1) * KV_BLOCK;
-        const uint16_t *vc = L->kv_v + llama_kv_at(L, tab[t / KV_BLOCK], L->layer, (uint32_t)t % KV_BLOCK) + head;
-        if (end > pos + 1)
-            end = pos + 1;
-        for (; t < end; t++, vc += kv_dim)
-            L->k->axpy_f16(out, att[t - t0], vc, c->head_dim);
-    }
-}
-
 /* Row b of a block input: the residual add of the previous block's output (when add; that
  * output first normed by stage_post (gemma) and scaled by resid_scale (granite)), the norm
  * (weights norm_w) into xb, and its activation formats (need). */
@@ -325,10 +240,7 @@ static void forward(struct llama *L, int n)
         mm_set(L, 2, &ly->wv, L->xb, L->vv, 0, 0, n);
         mm_go(L, 3);
         threadpool_run(L->pool, rope_store_task, L, n);
-        if (L->attn_tiled)
-            llama_attn_run(L, n);
-        else
-            threadpool_run(L->pool, attn_task, L, n * c->n_heads);
+        llama_attn_run(L, n);
         stage(L, attn_out_task, n, 0, NULL, NULL, act_need(&ly->wo));
         mm_set(L, 0, &ly->wo, L->ao, L->xb, 0, 0, n);
         mm_go(L, 1);
@@ -646,7 +558,6 @@ void model_llama_free(struct model *m)
     free(L->hb);
     free(L->hb2);
     free(L->cs);
-    free(L->att);
     free(L->row_slot);
     free(L->row_pos);
     free(L->row_of);

@@ -47,6 +47,7 @@ struct llama_rope {
 
 struct llama_config;
 struct llama_layer;
+struct attn_kern;
 
 /* The architecture's part of the config (c->a, arch, dims and train_ctx already read): RoPE
  * and its scaling, attention scale, soft-caps, multipliers, sliding window. Returns 0 or
@@ -133,7 +134,6 @@ struct llama {
     float *kk, *vv;      /* (nb, kv_dim) this step's keys and values */
     float *hb, *hb2;     /* (nb, ffn) gate and up */
     float *cs;           /* (n_rope, nb, n_rot) RoPE cos/sin of each row's position */
-    float *att;          /* (n_threads, ctx) attention scores */
     void *act[MAX_MM_JOBS];
     size_t act_row;      /* bytes of one quantized activation row, the widest input */
     int *row_slot, *row_pos, *row_of;
@@ -142,7 +142,7 @@ struct llama {
     float *attn_scratch;   /* (n_threads, attn_scratch_per) attn.c: keys as floats, scores */
     size_t attn_scratch_per;
     int attn_nh, attn_hchunks; /* attn.c, the run in progress: query heads per task */
-    bool attn_tiled;           /* llama_attn_tiled, decided at load */
+    const struct attn_kern *attn_kern; /* attn_kern_for(the kernel set), chosen at load */
     uint32_t *row_tok;   /* (nb) */
 
     /* The pool run in progress. */
@@ -167,9 +167,8 @@ static inline size_t llama_kv_at(const struct llama *L, uint32_t block, int laye
 /* attn.c: queries one attention task takes at most. */
 #define ATTN_QMAX 16
 
-/* Whether llama_attn_run serves this engine (an x86 CPU with AVX2, FMA and F16C, and a
- * kernel set other than scalar); else model_llama.c's per-row loop does. */
-bool llama_attn_tiled(const struct llama *L);
+/* Floats of attn.c's scratch per thread. */
+size_t llama_attn_scratch(const struct llama_config *c, uint32_t ctx);
 
 /* The attention of layer L->layer for the forward's n rows (their queries in q, their keys
  * and values already in the cache) into ao, on the pool. */

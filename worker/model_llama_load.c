@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attn_kern.h"
 #include "log.h"
 #include "model_llama_impl.h"
 #include "model_info.h"
@@ -398,7 +399,6 @@ static int alloc_state(struct llama *L, uint32_t max_seq, char *err, size_t errl
     ALLOC(L->hb, nb * c->ffn);
     ALLOC(L->hb2, nb * c->ffn);
     ALLOC(L->cs, (size_t)c->n_rope * nb * c->n_rot);
-    ALLOC(L->att, (size_t)L->n_threads * L->ctx);
     ALLOC(L->row_slot, nb);
     ALLOC(L->row_pos, nb);
     ALLOC(L->row_of, nb);
@@ -407,7 +407,7 @@ static int alloc_state(struct llama *L, uint32_t max_seq, char *err, size_t errl
     ALLOC(L->seg_len, nb);
     ALLOC(L->tile_r0, nb);
     ALLOC(L->tile_n, nb);
-    L->attn_scratch_per = (size_t)(KV_BLOCK + 1) * c->head_dim + (size_t)ATTN_QMAX * L->ctx;
+    L->attn_scratch_per = llama_attn_scratch(c, L->ctx);
     ALLOC(L->attn_scratch, (size_t)L->n_threads * L->attn_scratch_per);
     ALLOC(L->row_tok, nb);
     for (int i = 0; i < MAX_MM_JOBS; i++)
@@ -457,7 +457,7 @@ struct model *model_llama_create(const char *path, const struct model_llama_opts
     L->nb = max_seq > MODEL_LLAMA_CHUNK ? (int)max_seq : MODEL_LLAMA_CHUNK;
     if (alloc_state(L, max_seq, err, errlen) < 0)
         goto fail;
-    L->attn_tiled = llama_attn_tiled(L);
+    L->attn_kern = attn_kern_for(L->k->name);
     if (!(L->pool = threadpool_create(L->n_threads))) {
         msg(err, errlen, "cannot start %d threads: %s", L->n_threads, strerror(errno));
         goto fail;

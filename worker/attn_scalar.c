@@ -1,0 +1,123 @@
+/* attn_kern.h's scalar twin (the scalar kernel set's attention, and the reference the vector
+ * sets are tested against bit for bit), the shared exp polynomial, and the choice of set. */
+#include <math.h>
+#include <string.h>
+
+#include "attn_kern.h"
+#include "quant.h"
+
+/* exp by 2^n * e^r, r = x - n ln 2 in two parts (Cody and Waite), e^r by a degree-7
+ * polynomial (Cephes' expf coefficients), every step an FMA or a product in this order so
+ * the vector sets can repeat it lane by lane. */
+#define EXP_LOG2E 1.44269504088896341f
+#define EXP_C1    0.693359375f
+#define EXP_C2    (-2.12194440e-4f)
+#define EXP_P0    1.9875691500e-4f
+#define EXP_P1    1.3981999507e-3f
+#define EXP_P2    8.3334519073e-3f
+#define EXP_P3    4.1665795894e-2f
+#define EXP_P4    1.6666665459e-1f
+#define EXP_P5    5.0000001201e-1f
+#define EXP_MIN   (-87.0f)
+
+float attn_exp(float x)
+{
+    float xc = x < EXP_MIN ? EXP_MIN : x, n, r, p, y, two;
+    uint32_t bits;
+
+    n = rintf(xc * EXP_LOG2E);
+    r = fmaf(n, -EXP_C1, xc);
+    r = fmaf(n, -EXP_C2, r);
+    p = fmaf(EXP_P0, r, EXP_P1);
+    p = fmaf(p, r, EXP_P2);
+    p = fmaf(p, r, EXP_P3);
+    p = fmaf(p, r, EXP_P4);
+    p = fmaf(p, r, EXP_P5);
+    y = fmaf(p, r * r, r) + 1.0f;
+    bits = (uint32_t)((int32_t)n + 127) << 23;
+    memcpy(&two, &bits, sizeof two);
+    return x < EXP_MIN ? 0.0f : y * two;
+}
+
+static float round16(float x)
+{
+    return quant_f16_to_f32(quant_f32_to_f16(x));
+}
+
+static void scores(float *S, const float *Qt, const float *kf, int u0, int u1, int hd, int nv,
+                   float scale)
+{
+    for (int u = u0; u < u1; u++)
+        for (int j = 0; j < 8 * nv; j++) {
+            float acc = 0.0f;
+            for (int d = 0; d < hd; d++)
+                acc = fmaf(Qt[d * ATTN_LANES + j], kf[u * hd + d], acc);
+            S[(u - u0) * ATTN_LANES + j] = acc * scale;
+        }
+}
+
+static void softmax(float *S, int n, int nv)
+{
+    for (int j = 0; j < 8 * nv; j++) {
+        float m = -INFINITY, sum = 0.0f, inv;
+        for (int t = 0; t < n; t++) {
+            float s = S[t * ATTN_LANES + j];
+            m = m > s ? m : s;
+        }
+        if (m == -INFINITY)
+            m = 0.0f;
+        for (int t = 0; t < n; t++) {
+            float e = attn_exp(S[t * ATTN_LANES + j] - m);
+            S[t * ATTN_LANES + j] = e;
+            sum += e;
+        }
+        inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        for (int t = 0; t < n; t++)
+            S[t * ATTN_LANES + j] = round16(S[t * ATTN_LANES + j] * inv);
+    }
+}
+
+static void values(float *Ot, const float *S, const float *vf, int u0, int u1, int hd, int nv)
+{
+    for (int d = 0; d < hd; d++)
+        for (int j = 0; j < 8 * nv; j++) {
+            float acc = Ot[d * ATTN_LANES + j];
+            for (int u = u0; u < u1; u++)
+                acc = fmaf(S[(u - u0) * ATTN_LANES + j], vf[u * hd + d], acc);
+            Ot[d * ATTN_LANES + j] = acc;
+        }
+}
+
+static void rows_f32(float *dst, const uint16_t *src, int stride, int n, int hd)
+{
+    for (int r = 0; r < n; r++)
+        for (int d = 0; d < hd; d++)
+            dst[r * hd + d] = quant_f16_to_f32(src[(size_t)r * stride + d]);
+}
+
+static void round16_n(float *x, int n)
+{
+    for (int i = 0; i < n; i++)
+        x[i] = round16(x[i]);
+}
+
+const struct attn_kern attn_kern_scalar = {
+    .name = "scalar",
+    .scores = scores,
+    .softmax = softmax,
+    .values = values,
+    .rows_f32 = rows_f32,
+    .round16 = round16_n,
+};
+
+const struct attn_kern *attn_kern_for(const char *kernels)
+{
+#if defined(__x86_64__)
+    if (strcmp(kernels, "avx512") == 0)
+        return &attn_kern_avx512;
+    if (strcmp(kernels, "scalar") != 0)
+        return &attn_kern_avx2;
+#endif
+    (void)kernels;
+    return &attn_kern_scalar;
+}

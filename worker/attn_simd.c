@@ -1,0 +1,298 @@
+/* attn_kern.h's AVX2 (also the avxvnni set's) and AVX-512 sets: the scalar twin's operations
+ * lane by lane, 8 or 16 lanes at a time. Built through target attributes, so only a CPU with
+ * the features reaches them (kernels.c chose the set). */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <math.h>
+
+#include "attn_kern.h"
+#include "kv_cache.h"
+
+_Static_assert(KV_BLOCK == 16, "the tiles below cover a block of 16 keys");
+
+#define EXP_LOG2E 1.44269504088896341f
+#define EXP_C1    0.693359375f
+#define EXP_C2    (-2.12194440e-4f)
+#define EXP_P0    1.9875691500e-4f
+#define EXP_P1    1.3981999507e-3f
+#define EXP_P2    8.3334519073e-3f
+#define EXP_P3    4.1665795894e-2f
+#define EXP_P4    1.6666665459e-1f
+#define EXP_P5    5.0000001201e-1f
+#define EXP_MIN   (-87.0f)
+
+#define RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX2I __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
+#define AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+#define AVX512I __attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline
+
+/* ---- AVX2 ---------------------------------------------------------------------------- */
+
+/* attn_exp, 8 lanes. */
+AVX2I __m256 exp8(__m256 x)
+{
+    __m256 xc = _mm256_max_ps(x, _mm256_set1_ps(EXP_MIN));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(EXP_LOG2E)), RNE);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-EXP_C1), xc);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-EXP_C2), r);
+    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(EXP_P0), r, _mm256_set1_ps(EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P5));
+    __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(EXP_MIN), _CMP_LT_OQ), y);
+}
+
+/* Keys [ub, ub + NK) of kf, NV vectors of 8 lanes. */
+AVX2I void sc_avx2(float *S, const float *Qt, const float *kf, int ub, int u0, int u1, int hd,
+                   float scale, const int NK, const int NV)
+{
+    __m256 acc[8][2];
+#pragma GCC unroll 8
+    for (int u = 0; u < NK; u++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++)
+            acc[u][v] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        __m256 q[2];
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++)
+            q[v] = _mm256_loadu_ps(Qt + d * ATTN_LANES + 8 * v);
+#pragma GCC unroll 8
+        for (int u = 0; u < NK; u++) {
+            __m256 k = _mm256_broadcast_ss(kf + (ub + u) * hd + d);
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++)
+                acc[u][v] = _mm256_fmadd_ps(q[v], k, acc[u][v]);
+        }
+    }
+    __m256 sc = _mm256_set1_ps(scale);
+#pragma GCC unroll 8
+    for (int u = 0; u < NK; u++)
+        if (ub + u >= u0 && ub + u < u1)
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++)
+                _mm256_storeu_ps(S + (ub + u - u0) * ATTN_LANES + 8 * v, _mm256_mul_ps(acc[u][v], sc));
+}
+
+static AVX2 void scores_avx2(float *S, const float *Qt, const float *kf, int u0, int u1, int hd,
+                             int nv, float scale)
+{
+    if (nv == 1) {
+        for (int ub = 0; ub < KV_BLOCK; ub += 8)
+            if (ub < u1 && ub + 8 > u0)
+                sc_avx2(S, Qt, kf, ub, u0, u1, hd, scale, 8, 1);
+        return;
+    }
+    /* keys 0-5, 6-11, 12-15: 12 accumulators and 2 query vectors of 16 registers */
+    if (u0 < 6)
+        sc_avx2(S, Qt, kf, 0, u0, u1, hd, scale, 6, 2);
+    if (u0 < 12 && u1 > 6)
+        sc_avx2(S, Qt, kf, 6, u0, u1, hd, scale, 6, 2);
+    if (u1 > 12)
+        sc_avx2(S, Qt, kf, 12, u0, u1, hd, scale, 4, 2);
+}
+
+static AVX2 void softmax_avx2(float *S, int n, int nv)
+{
+    for (int v = 0; v < nv; v++) {
+        float *s = S + 8 * v;
+        __m256 m = _mm256_set1_ps(-INFINITY), sum = _mm256_setzero_ps(), inv;
+        for (int t = 0; t < n; t++)
+            m = _mm256_max_ps(m, _mm256_loadu_ps(s + t * ATTN_LANES));
+        m = _mm256_andnot_ps(_mm256_cmp_ps(m, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ), m);
+        for (int t = 0; t < n; t++) {
+            __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t * ATTN_LANES), m));
+            _mm256_storeu_ps(s + t * ATTN_LANES, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        inv = _mm256_and_ps(_mm256_cmp_ps(sum, _mm256_setzero_ps(), _CMP_GT_OQ),
+                            _mm256_div_ps(_mm256_set1_ps(1.0f), sum));
+        for (int t = 0; t < n; t++) {
+            __m256 p = _mm256_mul_ps(_mm256_loadu_ps(s + t * ATTN_LANES), inv);
+            _mm256_storeu_ps(s + t * ATTN_LANES, _mm256_cvtph_ps(_mm256_cvtps_ph(p, RNE)));
+        }
+    }
+}
+
+/* Elements [d0, d0 + D) of every lane's output, NV vectors of 8 lanes. */
+AVX2I void va_avx2(float *Ot, const float *S, const float *vf, int u0, int u1, int hd, int d0,
+                   const int D, const int NV)
+{
+    __m256 acc[12][2];
+#pragma GCC unroll 12
+    for (int i = 0; i < D; i++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++)
+            acc[i][v] = _mm256_loadu_ps(Ot + (d0 + i) * ATTN_LANES + 8 * v);
+    for (int u = u0; u < u1; u++) {
+        __m256 p[2];
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++)
+            p[v] = _mm256_loadu_ps(S + (u - u0) * ATTN_LANES + 8 * v);
+#pragma GCC unroll 12
+        for (int i = 0; i < D; i++) {
+            __m256 x = _mm256_broadcast_ss(vf + u * hd + d0 + i);
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++)
+                acc[i][v] = _mm256_fmadd_ps(p[v], x, acc[i][v]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < D; i++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++)
+            _mm256_storeu_ps(Ot + (d0 + i) * ATTN_LANES + 8 * v, acc[i][v]);
+}
+
+static AVX2 void values_avx2(float *Ot, const float *S, const float *vf, int u0, int u1, int hd,
+                             int nv)
+{
+    int d = 0;
+    if (nv == 1) {
+        for (; d + 12 <= hd; d += 12)
+            va_avx2(Ot, S, vf, u0, u1, hd, d, 12, 1);
+        for (; d < hd; d++)
+            va_avx2(Ot, S, vf, u0, u1, hd, d, 1, 1);
+        return;
+    }
+    for (; d + 6 <= hd; d += 6)
+        va_avx2(Ot, S, vf, u0, u1, hd, d, 6, 2);
+    for (; d < hd; d++)
+        va_avx2(Ot, S, vf, u0, u1, hd, d, 1, 2);
+}
+
+static AVX2 void rows_f32_avx2(float *dst, const uint16_t *src, int stride, int n, int hd)
+{
+    for (int r = 0; r < n; r++) {
+        const uint16_t *s = src + (size_t)r * stride;
+        float *o = dst + r * hd;
+        int i = 0;
+        for (; i + 8 <= hd; i += 8)
+            _mm256_storeu_ps(o + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+        for (; i < hd; i++)
+            o[i] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(s[i])));
+    }
+}
+
+static AVX2 void round16_avx2(float *x, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), RNE)));
+    for (; i < n; i++)
+        x[i] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(x[i]), RNE)));
+}
+
+const struct attn_kern attn_kern_avx2 = {
+    .name = "avx2",
+    .scores = scores_avx2,
+    .softmax = softmax_avx2,
+    .values = values_avx2,
+    .rows_f32 = rows_f32_avx2,
+    .round16 = round16_avx2,
+};
+
+/* ---- AVX-512: all 16 lanes in one register --------------------------------------------- */
+
+AVX512I __m512 exp16(__m512 x)
+{
+    __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(EXP_MIN));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(EXP_LOG2E)), RNE);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-EXP_C1), xc);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-EXP_C2), r);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(EXP_P0), r, _mm512_set1_ps(EXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P5));
+    __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    y = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_MIN), _CMP_GE_OQ), y);
+}
+
+static AVX512 void scores_avx512(float *S, const float *Qt, const float *kf, int u0, int u1,
+                                 int hd, int nv, float scale)
+{
+    __m512 acc[KV_BLOCK];
+    (void)nv;
+#pragma GCC unroll 16
+    for (int u = 0; u < KV_BLOCK; u++)
+        acc[u] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        __m512 q = _mm512_loadu_ps(Qt + d * ATTN_LANES);
+#pragma GCC unroll 16
+        for (int u = 0; u < KV_BLOCK; u++)
+            acc[u] = _mm512_fmadd_ps(q, _mm512_set1_ps(kf[u * hd + d]), acc[u]);
+    }
+    __m512 sc = _mm512_set1_ps(scale);
+#pragma GCC unroll 16
+    for (int u = 0; u < KV_BLOCK; u++)
+        if (u >= u0 && u < u1)
+            _mm512_storeu_ps(S + (u - u0) * ATTN_LANES, _mm512_mul_ps(acc[u], sc));
+}
+
+static AVX512 void softmax_avx512(float *S, int n, int nv)
+{
+    __m512 m = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps(), inv;
+    (void)nv;
+    for (int t = 0; t < n; t++)
+        m = _mm512_max_ps(m, _mm512_loadu_ps(S + t * ATTN_LANES));
+    m = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(m, _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ), m);
+    for (int t = 0; t < n; t++) {
+        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(S + t * ATTN_LANES), m));
+        _mm512_storeu_ps(S + t * ATTN_LANES, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    inv = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(sum, _mm512_setzero_ps(), _CMP_GT_OQ),
+                              _mm512_set1_ps(1.0f), sum);
+    for (int t = 0; t < n; t++) {
+        __m512 p = _mm512_mul_ps(_mm512_loadu_ps(S + t * ATTN_LANES), inv);
+        _mm512_storeu_ps(S + t * ATTN_LANES, _mm512_cvtph_ps(_mm512_cvtps_ph(p, RNE)));
+    }
+}
+
+/* Elements [d0, d0 + D) of the 16 lanes' outputs. */
+AVX512I void va_avx512(float *Ot, const float *S, const float *vf, int u0, int u1, int hd,
+                       int d0, const int D)
+{
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < D; i++)
+        acc[i] = _mm512_loadu_ps(Ot + (d0 + i) * ATTN_LANES);
+    for (int u = u0; u < u1; u++) {
+        __m512 p = _mm512_loadu_ps(S + (u - u0) * ATTN_LANES);
+#pragma GCC unroll 16
+        for (int i = 0; i < D; i++)
+            acc[i] = _mm512_fmadd_ps(p, _mm512_set1_ps(vf[u * hd + d0 + i]), acc[i]);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < D; i++)
+        _mm512_storeu_ps(Ot + (d0 + i) * ATTN_LANES, acc[i]);
+}
+
+static AVX512 void values_avx512(float *Ot, const float *S, const float *vf, int u0, int u1,
+                                 int hd, int nv)
+{
+    int d = 0;
+    (void)nv;
+    for (; d + 16 <= hd; d += 16)
+        va_avx512(Ot, S, vf, u0, u1, hd, d, 16);
+    for (; d < hd; d++)
+        va_avx512(Ot, S, vf, u0, u1, hd, d, 1);
+}
+
+const struct attn_kern attn_kern_avx512 = {
+    .name = "avx512",
+    .scores = scores_avx512,
+    .softmax = softmax_avx512,
+    .values = values_avx512,
+    .rows_f32 = rows_f32_avx2,
+    .round16 = round16_avx2,
+};
+#endif
