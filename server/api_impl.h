@@ -83,6 +83,11 @@ char *api_json_finish(json_t *root);
 json_t *api_json_logprobs(const struct request *r, const struct relay_token *toks, uint32_t n,
                           json_t *append_to, uint32_t *text_offset);
 
+/* Write once what starts every stream chunk of r ({"id":...,"choices":[{"index":), so its
+ * frames copy it rather than format and escape it each time (r->chunk_head). Returns 0, or
+ * -1 when out of memory (each frame then writes it). */
+int api_json_chunk_head(struct request *r);
+
 /* A stream chunk of choice index carrying text (NULL: none) and the logprobs of n tokens in
  * the route's shape (as api_json_logprobs() builds them); text_offset as there. */
 struct relay_token;

@@ -193,8 +193,8 @@ static bool utf8_valid(const char *s)
     return true;
 }
 
-/* {"id":...,"object":...,"created":...,"model":...,"choices":[{"index":i, */
-static void sb_head(struct sbuf *b, const struct request *r, uint32_t index)
+/* {"id":...,"object":...,"created":...,"model":...,"choices":[{"index": */
+static void sb_head_fields(struct sbuf *b, const struct request *r)
 {
     sb_puts(b, "{\"id\":");
     sb_str(b, r->id);
@@ -205,7 +205,34 @@ static void sb_head(struct sbuf *b, const struct request *r, uint32_t index)
     sb_puts(b, ",\"model\":");
     sb_str(b, r->model->name);
     sb_puts(b, ",\"choices\":[{\"index\":");
+}
+
+/* The same for every frame of r: written once by api_json_chunk_head(), else each time. */
+static void sb_head(struct sbuf *b, const struct request *r, uint32_t index)
+{
+    if (r->chunk_head)
+        sb_put(b, r->chunk_head, r->chunk_head_len);
+    else
+        sb_head_fields(b, r);
     sb_uint(b, index);
+}
+
+int api_json_chunk_head(struct request *r)
+{
+    struct sbuf b = {0};
+    if (r->chunk_head || !utf8_valid(r->model->name))
+        return 0; /* a name jansson refuses: every frame says so (NULL) */
+    sb_head_fields(&b, r);
+    if (!(r->chunk_head = sb_done(&b)))
+        return -1;
+    r->chunk_head_len = b.len;
+    return 0;
+}
+
+/* Whether r's frames can be written: its model's name is valid UTF-8. */
+static bool head_valid(const struct request *r)
+{
+    return r->chunk_head || utf8_valid(r->model->name);
 }
 
 /* ---- logprobs, in the shape api_json_logprobs() builds ---- */
@@ -360,7 +387,7 @@ static char *chunk(const struct request *r, uint32_t index, const char *text, si
                    uint32_t *text_offset)
 {
     struct sbuf b = {0};
-    if (!utf8_valid(r->model->name))
+    if (!head_valid(r))
         return NULL;
     sb_head(&b, r, index);
     sb_puts(&b, ",\"logprobs\":");
@@ -408,7 +435,7 @@ char *api_json_chunk_logprobs(const struct request *r, uint32_t index, const cha
 /* A chat chunk whose delta the caller writes: {..., "choices":[{"index":i,"delta":{ */
 static bool delta_head(struct sbuf *b, const struct request *r, uint32_t index)
 {
-    if (!utf8_valid(r->model->name))
+    if (!head_valid(r))
         return false;
     sb_head(b, r, index);
     sb_puts(b, ",\"delta\":{");

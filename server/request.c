@@ -124,6 +124,7 @@ static void request_free(struct request *r)
     free(r->prompt);
     free(r->grammar);
     free(r->echo_text);
+    free(r->chunk_head);
     front_model_put(r->model);
     if (r->text)
         evbuffer_free(r->text);

@@ -43,6 +43,7 @@ static void stream_begin(struct request *r)
     http_set_header(r->http, "Cache-Control", "no-cache");
     http_reply_start(r->http, 200, "OK"); /* a half-closed client still reads it */
     r->reply_started = true;
+    (void)api_json_chunk_head(r);
     for (uint32_t i = 0; i < r->n_choices; i++) {
         char *j = NULL;
         if (r->kind == REQUEST_KIND_CHAT)

@@ -67,8 +67,12 @@ static void test_sse_frame_matches_the_tree(void **state)
         text[n++] = (char)c;
     memcpy(text + n, "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 9);
     n += 9;
-    for (int kind = 0; kind < 2; kind++) {
-        r.kind = kind ? REQUEST_KIND_CHAT : REQUEST_KIND_COMPLETION;
+    for (int kind = 0; kind < 4; kind++) {
+        r.kind = kind & 1 ? REQUEST_KIND_CHAT : REQUEST_KIND_COMPLETION;
+        if (kind & 2) { /* the head written once, as a stream does */
+            assert_int_equal(api_json_chunk_head(&r), 0);
+            assert_non_null(r.chunk_head);
+        }
         for (int v = 0; v < 6; v++) {
             const char *t = v == 0 ? NULL : text;
             size_t len = v == 0 ? 0 : v == 1 ? 0 : v == 2 ? 1 : n;
@@ -82,6 +86,8 @@ static void test_sse_frame_matches_the_tree(void **state)
             free(a);
             free(b);
         }
+        free(r.chunk_head);
+        r.chunk_head = NULL;
     }
 }
 
@@ -233,6 +239,8 @@ static void test_sse_tool_and_reasoning_frames_match_the_tree(void **state)
         size_t la = some_text(a_text, sizeof(a_text)), lb = some_text(b_text, sizeof(b_text));
         const char *id = round % 3 == 0 ? NULL : round % 3 == 1 ? "call_abcDEF0123456789xyzXYZ" : "a1B2c3D4e";
         const char *name = id ? a_text : NULL;
+        if (round == 1000) /* the second half with the head written once */
+            assert_int_equal(api_json_chunk_head(&r), 0);
         char *x = api_json_tool_chunk(&r, round % 8, (uint32_t)round % 5, id, name, la, b_text, lb);
         char *y = tree_tool_chunk(&r, round % 8, (uint32_t)round % 5, id, name, la, b_text, lb);
         assert_non_null(x);
@@ -249,6 +257,7 @@ static void test_sse_tool_and_reasoning_frames_match_the_tree(void **state)
         free(x);
         free(y);
     }
+    free(r.chunk_head);
 }
 
 int main(void)
