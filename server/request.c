@@ -119,6 +119,8 @@ static void request_free(struct request *r)
         event_free(r->ev_flow);
     if (r->ev_reap)
         event_free(r->ev_reap);
+    if (r->ev_flush)
+        event_free(r->ev_flush);
     for (uint32_t i = 0; i < r->n_stops; i++)
         free(r->stops[i]);
     free(r->prompt);
@@ -136,6 +138,13 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     request_free(arg);
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    request_flush(arg);
 }
 
 /* Once r is over and none of its jobs is on a worker or in the queue, nothing refers to it:
@@ -184,11 +193,14 @@ struct request *request_create(struct front *f, struct http_req *http,
         return NULL;
     r->text = evbuffer_new();
     r->ev_reap = event_new(f->base, -1, 0, on_reap, r);
-    if (!r->text || !r->ev_reap) {
+    r->ev_flush = event_new(f->base, -1, 0, on_flush, r);
+    if (!r->text || !r->ev_reap || !r->ev_flush) {
         if (r->text)
             evbuffer_free(r->text);
         if (r->ev_reap)
             event_free(r->ev_reap);
+        if (r->ev_flush)
+            event_free(r->ev_flush);
         free(r);
         return NULL;
     }

@@ -117,12 +117,14 @@ struct request {
 
     bool client_gone;   /* it ended because its client left */
     bool reply_started; /* the SSE stream's headers were sent */
-    struct evbuffer *text; /* a stream's frame being written */
+    struct evbuffer *text; /* a stream's frames not yet handed to the connection */
     char *chunk_head;      /* what starts each of its frames (api_json_chunk_head()), or NULL */
     size_t chunk_head_len;
     uint64_t t_admit_us, t_first_us; /* hist_now_us(): admission, first text */
     struct event *ev_timeout; /* --request-timeout-ms */
     struct event *ev_reap;    /* activated once over with every job DONE: frees it */
+    struct event *ev_flush;   /* activated when a stream frame waits in text */
+    bool flush_pending;       /* ev_flush is active */
     /* backpressure: the connection's unsent output went over --max-client-buffer-bytes, so
      * the jobs are paused on their workers until the client has read half of it */
     bool flow_held;

@@ -16,6 +16,9 @@ void request_end(struct request *r);
 
 /* ---- request_reply.c ---- */
 
+/* Hand r's gathered stream frames to its connection (r->ev_flush, once the loop is back). */
+void request_flush(struct request *r);
+
 /* Job j's STARTED record, and its relay's events, while j runs for its request's client. */
 void reply_started(struct job *j, uint32_t prompt_tokens, uint32_t cached_tokens);
 void reply_text(struct job *j, const struct relay_event *ev);

@@ -10,6 +10,7 @@
 #include <sys/random.h>
 
 #include <event2/buffer.h>
+#include <event2/event.h>
 
 #include "api.h"
 #include "api_impl.h"
@@ -19,6 +20,25 @@
 #include "request_impl.h"
 #include "supervisor.h"
 
+/* A stream's frames gather in r->text and go to the connection as one HTTP chunk once the
+ * loop is back (request_flush): a drain of the worker's ring brings several tokens of each
+ * stream, and a chunk per frame cost evhttp's chunk framing and the connection's callbacks
+ * per token. The end of the stream, or an error, hands over what waits first. */
+static void stream_flush(struct request *r)
+{
+    if (r->http && evbuffer_get_length(r->text) > 0)
+        http_reply_chunk(r->http, r->text);
+}
+
+void request_flush(struct request *r)
+{
+    r->flush_pending = false;
+    if (!r->http)
+        return;
+    stream_flush(r);
+    client_flow_check(r); /* output was added: hold the jobs if too much waits */
+}
+
 static void send_sse(struct request *r, const char *json)
 {
     if (!r->http || !json)
@@ -26,7 +46,10 @@ static void send_sse(struct request *r, const char *json)
     evbuffer_add(r->text, "data: ", 6);
     evbuffer_add(r->text, json, strlen(json));
     evbuffer_add(r->text, "\n\n", 2);
-    http_reply_chunk(r->http, r->text);
+    if (!r->flush_pending) {
+        r->flush_pending = true;
+        event_active(r->ev_flush, EV_WRITE, 0);
+    }
 }
 
 static void send_sse_free(struct request *r, char *json)
@@ -162,8 +185,6 @@ void reply_text(struct job *j, const struct relay_event *ev)
         if (toolcall_push(j->tc_parser, ev->text, ev->len, on_piece, j) < 0)
             log_warn("request %llu: out of memory reading the reply for tool calls",
                      (unsigned long long)j->req_id);
-        if (r->stream)
-            client_flow_check(r);
         return;
     }
     if (r->stream) {
@@ -173,7 +194,6 @@ void reply_text(struct job *j, const struct relay_event *ev)
                                                                &o->text_offset)
                                      : api_json_chunk(r, j->index, ev->text, ev->len, false,
                                                       NULL));
-        client_flow_check(r);
     } else {
         evbuffer_add(o->text, ev->text, ev->len);
     }
@@ -200,7 +220,7 @@ static void answer(struct request *r)
         if (r->include_usage)
             send_sse_free(r, api_json_usage_chunk(r));
         evbuffer_add(r->text, "data: [DONE]\n\n", 14);
-        http_reply_chunk(r->http, r->text);
+        stream_flush(r);
         http_reply_end(r->http);
     } else {
         char *j = api_json_reply(r);
@@ -260,6 +280,7 @@ void reply_error(struct request *r, int status, const char *type, const char *me
         metrics_count_finished(&r->f->metrics, METRICS_FINISH_ERROR);
     if (r->reply_started) {
         send_sse_free(r, api_json_error(type, message, param, code));
+        stream_flush(r);
         http_reply_end(r->http);
     } else {
         if (status == 503 && code && strcmp(code, "no_worker") == 0)
