@@ -402,6 +402,11 @@ void roll_start(struct roll *rl, struct front_model *model, uint32_t threads, ui
     event_active(rl->ev_tick, EV_TIMEOUT, 0);
 }
 
+bool roll_active(const struct roll *rl)
+{
+    return rl && rl->active;
+}
+
 void roll_failed(struct roll *rl, const char *why)
 {
     rl->count++;

@@ -31,6 +31,9 @@ void roll_free(struct roll *rl);
  * under way is retargeted. */
 void roll_start(struct roll *rl, struct front_model *model, uint32_t threads, uint32_t n);
 
+/* Whether a roll is under way (rl may be NULL: none). */
+bool roll_active(const struct roll *rl);
+
 /* A reload failed before any worker moved (the new model does not load): why, for /health
  * and the service status. */
 void roll_failed(struct roll *rl, const char *why);

@@ -22,7 +22,7 @@ struct service {
     struct front *f;
     struct event *ev_tick;
     bool ready_sent;
-    bool reloading;
+    bool reloading;        /* RELOADING=1 sent: READY=1 once the reload is applied whole */
     bool stopping;
     uint64_t last_ping_us; /* monotonic */
     char last_status[512];
@@ -60,10 +60,15 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
             s->last_ping_us = now;
         }
     }
-    if (s->stopping || s->reloading)
+    if (s->stopping)
         return;
     service_status_line(s->f, line, sizeof(line));
-    if (!s->ready_sent && workers_any_ready(s->f->workers)) {
+    bool reload_over = s->reloading && !roll_active(s->f->roll);
+    if (reload_over)
+        s->reloading = false;
+    if (reload_over && s->ready_sent) { /* the roll a reload began is over */
+        sdnotify_ready(line);
+    } else if (!s->ready_sent && !s->reloading && workers_any_ready(s->f->workers)) {
         s->ready_sent = true;
         sdnotify_ready(line);
     } else if (strcmp(line, s->last_status) != 0) {
@@ -106,8 +111,13 @@ void service_reloaded(struct service *s, const char *msg)
 {
     if (!s)
         return;
+    snprintf(s->last_status, sizeof(s->last_status), "%s", msg);
+    /* READY=1 from the tick once the roll is over, or once a worker is ready at start */
+    if (roll_active(s->f->roll) || !s->ready_sent) {
+        sdnotify_status(msg);
+        return;
+    }
     s->reloading = false;
-    s->last_status[0] = '\0';
     sdnotify_ready(msg);
 }
 

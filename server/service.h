@@ -16,7 +16,10 @@ struct service *service_start(struct front *f);
 /* Write the one-line status ("2/2 workers ready, 0 failed; 3 running, 1 waiting") to buf. */
 void service_status_line(struct front *f, char *buf, size_t len);
 
-/* A reload begins (RELOADING=1) or ended (READY=1 again, with msg as the status). */
+/* A reload begins (RELOADING=1), or its config was applied (msg as the status). READY=1
+ * follows once the reload is over: at once, or when the rolling restart it began (roll.h)
+ * is done, refused or rolled back, so Type=notify-reload's `systemctl reload` returns then,
+ * and STATUS= lines tell the roll's progress meanwhile. */
 void service_reloading(struct service *s, const char *msg);
 void service_reloaded(struct service *s, const char *msg);
 

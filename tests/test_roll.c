@@ -343,8 +343,9 @@ static void notify_close(struct notify_sock *ns)
     unsetenv("NOTIFY_SOCKET");
 }
 
-/* Whether a datagram containing want comes within timeout_ms. */
-static bool notify_wait(struct notify_sock *ns, const char *want, int timeout_ms)
+/* Whether a datagram containing want comes within timeout_ms (copied to out when given). */
+static bool notify_read(struct notify_sock *ns, const char *want, int timeout_ms, char *out,
+                        size_t outlen)
 {
     struct pollfd pf = {ns->fd, POLLIN, 0};
     char buf[2048];
@@ -353,10 +354,18 @@ static bool notify_wait(struct notify_sock *ns, const char *want, int timeout_ms
         if (k <= 0)
             return false;
         buf[k] = '\0';
-        if (strstr(buf, want))
+        if (strstr(buf, want)) {
+            if (out)
+                snprintf(out, outlen, "%s", buf);
             return true;
+        }
     }
     return false;
+}
+
+static bool notify_wait(struct notify_sock *ns, const char *want, int timeout_ms)
+{
+    return notify_read(ns, want, timeout_ms, NULL, 0);
 }
 
 static void expect_mock_serves(int port)
@@ -399,7 +408,11 @@ static void expect_failed_reload(struct kiln_proc *p, const char *path, struct n
         assert_true(found);
     }
     expect_mock_serves(port);
-    assert_true(notify_wait(ns, "reload failed", 10000));
+    /* systemd hears the reload is over (READY=1) only with the failure, not while it rolls */
+    char msg[2048];
+    assert_true(notify_read(ns, "READY=1", 10000, msg, sizeof(msg)));
+    if (!strstr(msg, "reload failed"))
+        fail_msg("READY=1 came before the reload was over: %s", msg);
     assert_true(kiln_output_contains(p, path));
 }
 
@@ -415,6 +428,7 @@ static void test_roll_broken_model_keeps_the_old_workers_serving(void **state)
     notify_open(&ns);
     struct kiln_proc *p = start_with_conf(conf, NULL);
     assert_non_null(p);
+    assert_true(notify_wait(&ns, "READY=1", 20000)); /* the start's */
     struct workers_cond wc = {kiln_port(p), 2};
     assert_true(wait_until(workers_ready, &wc, 20000));
     expect_mock_serves(kiln_port(p));
@@ -442,6 +456,42 @@ static void test_roll_broken_model_keeps_the_old_workers_serving(void **state)
     unlink(conf);
     unlink(bad);
     unlink(half);
+}
+
+/* ---- systemd's view of a reload ---- */
+
+/* RELOADING=1 at SIGHUP, STATUS= lines while the workers roll, and READY=1 (what ends
+ * `systemctl reload` under Type=notify-reload) only once the roll is done. */
+static void test_roll_systemd_hears_ready_only_when_the_roll_is_done(void **state)
+{
+    (void)state;
+    char conf[128], msg[2048];
+    struct notify_sock ns;
+    snprintf(conf, sizeof(conf), "/tmp/kiln-roll-sd-%ld.conf", (long)getpid());
+    write_conf(conf, "model = mock\nworkers = 2\nthreads = 1\n");
+    notify_open(&ns);
+    const char *extra[] = {"--mock-load-ms", "300", NULL};
+    struct kiln_proc *p = start_with_conf(conf, extra);
+    assert_non_null(p);
+    int port = kiln_port(p);
+    assert_true(notify_wait(&ns, "READY=1", 20000));
+
+    write_conf(conf, "model = mock\nworkers = 2\nthreads = 2\n");
+    assert_int_equal(kiln_kill(p, SIGHUP), 0);
+    assert_true(notify_wait(&ns, "RELOADING=1", 10000));
+    assert_true(notify_read(&ns, "STATUS=", 10000, msg, sizeof(msg)));
+    if (strstr(msg, "READY=1") || !strstr(msg, "reload: rolling"))
+        fail_msg("the first status after RELOADING=1 is not the roll's: %s", msg);
+    assert_true(notify_read(&ns, "READY=1", 60000, msg, sizeof(msg)));
+    /* by the time systemd hears READY=1 the roll is over */
+    struct reload_cond done = {port, "done", 1};
+    if (!reload_is(&done))
+        fail_msg("READY=1 came while the roll was not done: %s", msg);
+    if (strstr(msg, "reload: rolling"))
+        fail_msg("READY=1 with a rolling status: %s", msg);
+    assert_int_equal(front_stop(p), 0);
+    notify_close(&ns);
+    unlink(conf);
 }
 
 /* ---- --workers and --threads ---- */
@@ -573,6 +623,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roll_reload_to_another_model_under_load_fails_nothing),
         cmocka_unit_test(test_roll_broken_model_keeps_the_old_workers_serving),
+        cmocka_unit_test(test_roll_systemd_hears_ready_only_when_the_roll_is_done),
         cmocka_unit_test(test_roll_worker_count_and_threads_change_live),
         cmocka_unit_test(test_roll_new_file_at_the_same_path_is_rolled_onto),
     };
