@@ -545,7 +545,7 @@ static void handle_metrics(struct front *f, struct http_req *http)
 
     for (uint32_t i = 0; views && i < n; i++) {
         views[i].id = sv->w[i].id;
-        views[i].state = worker_life_name(sv->w[i].life);
+        views[i].state = worker_view_state(&sv->w[i]);
         views[i].restarts = sv->w[i].restarts;
         views[i].hdr = sv->w[i].hdr;
         running += sv->w[i].running;

@@ -39,10 +39,7 @@ static json_t *worker_json(const struct worker_view *v)
         kv_cached = atomic_load_explicit(&v->hdr->kv_cached, memory_order_relaxed);
     }
     json_object_set_new(o, "id", json_integer(v->id));
-    /* a ready worker a reload drains or restarts reads "draining" */
-    json_object_set_new(o, "state", json_string(v->draining && v->life == WORKER_LIFE_READY
-                                                    ? "draining"
-                                                    : worker_life_name(v->life)));
+    json_object_set_new(o, "state", json_string(worker_view_state(v)));
     json_object_set_new(o, "model", json_string(v->model));
     json_object_set_new(o, "pid", v->pid > 0 ? json_integer(v->pid) : json_null());
     json_object_set_new(o, "running", json_integer(v->running));
@@ -66,7 +63,7 @@ static json_t *worker_json(const struct worker_view *v)
 json_t *api_health_json(const struct supervisor_view *v, bool details, int *http_status)
 {
     json_t *j = json_object(), *arr = json_array();
-    uint32_t running = 0, ready = 0, starting = 0;
+    uint32_t running = 0, ready = 0, starting = 0, by_reload = 0;
 
     if (!j || !arr)
         goto fail;
@@ -75,6 +72,7 @@ json_t *api_health_json(const struct supervisor_view *v, bool details, int *http
         running += w->running;
         ready += w->serving;
         starting += w->loading;
+        by_reload += w->reload_start;
         if (details) {
             json_t *o = worker_json(w);
             if (!o)
@@ -91,10 +89,11 @@ json_t *api_health_json(const struct supervisor_view *v, bool details, int *http
                                                                  : "failed"));
         return j;
     }
-    json_object_set_new(j, "status", json_string(v->draining   ? "draining"
-                                                 : ready == v->n ? "ok"
-                                                 : ready       ? "degraded"
-                                                               : "unavailable"));
+    /* a worker a reload is starting is capacity being added: not a degraded service */
+    json_object_set_new(j, "status", json_string(v->draining              ? "draining"
+                                                 : ready + by_reload == v->n ? "ok"
+                                                 : ready                  ? "degraded"
+                                                                          : "unavailable"));
     json_object_set_new(j, "running", json_integer(running));
     json_object_set_new(j, "workers", arr);
     return j;

@@ -16,7 +16,8 @@
 
 /* Worker states that always get a kiln_worker_state series (0 or 1), so a dashboard sees a
  * state change as a value change rather than a series appearing. */
-static const char *const known_states[] = {"starting", "ready", "backoff", "failed", "stopped"};
+static const char *const known_states[] = {"starting", "ready",   "draining",
+                                           "backoff",  "failed",  "stopped"};
 #define N_KNOWN_STATES (sizeof(known_states) / sizeof(known_states[0]))
 
 static const char *const finish_names[METRICS_FINISH_COUNT] = {

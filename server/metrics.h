@@ -62,7 +62,7 @@ struct metrics {
 };
 
 /* What the front knows of one worker when it renders. state is a name from
- * worker_life_name() ("starting", "ready", "backoff", "failed", "stopped"; another name is
+ * worker_view_state() ("starting", "ready", "draining", "backoff", "failed", "stopped"; another name is
  * rendered as its own state label); hdr is the worker's live region, or NULL when no process
  * runs (its histograms are then left out). */
 struct metrics_worker_view {

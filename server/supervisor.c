@@ -69,6 +69,7 @@ struct proc {
     uint64_t n_ready;        /* processes of it that became READY */
     bool replacing;          /* stopped by a reload: respawned at once when reaped */
     bool removing;           /* stopped by a reload: not respawned (supervisor_drop_last) */
+    bool by_reload;          /* its process was started by a reload and is not READY yet */
 };
 
 struct supervisor {
@@ -99,6 +100,11 @@ static int64_t wall_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+const char *worker_view_state(const struct worker_view *v)
+{
+    return v->draining && v->life == WORKER_LIFE_READY ? "draining" : worker_life_name(v->life);
 }
 
 const char *worker_life_name(enum worker_life l)
@@ -323,6 +329,7 @@ static void on_ready(void *ctx, struct worker *w)
     if (p->life == WORKER_LIFE_STARTING)
         p->life = WORKER_LIFE_READY;
     p->start_failures = 0;
+    p->by_reload = false;
     p->n_ready++;
     p->ready_at_ms = mono_ms();
     watch_from_now(p); /* the watchdog counts from READY, busy or not */
@@ -414,6 +421,7 @@ static void respawn_now(struct proc *p)
 {
     p->replacing = false;
     p->deaths_in_row = p->start_failures = 0;
+    p->by_reload = true;
     if (p->s->draining) {
         p->life = WORKER_LIFE_STOPPED;
         return;
@@ -470,6 +478,7 @@ int supervisor_add(struct supervisor *s, struct front_model *model, uint32_t thr
         return -ENOMEM;
     }
     s->n++;
+    s->p[i].by_reload = true;
     if (spawn(&s->p[i]) < 0) {
         snprintf(s->p[i].last_exit, sizeof(s->p[i].last_exit), "could not be started");
         s->p[i].last_exit_at = wall_ms();
@@ -550,6 +559,7 @@ static void worker_died(struct proc *p, int status)
     char cause[256], tail[512], what[128], eid[20];
     bool was_ready = life_get(p) == WORKER_LIFE_READY;
     long pid = (long)p->pid;
+    p->by_reload = false;
     uint32_t rnd;
 
     p->pid = 0; /* reaped: the number may be reused, never signal it again */
@@ -710,6 +720,7 @@ struct supervisor_view *supervisor_view(struct supervisor *s)
         o->spawns = p->n_spawns;
         o->readies = p->n_ready;
         o->draining = w->retiring || p->replacing || p->removing;
+        o->reload_start = o->loading && p->by_reload;
     }
     return v;
 }

@@ -37,6 +37,7 @@ enum worker_life {
 /* "starting", "ready", "backoff", "failed", "stopped". */
 const char *worker_life_name(enum worker_life l);
 
+
 /* Start a process of kiln-worker (found beside kiln) for each worker of ws (which must
  * outlive the supervisor), attached to it: the worker's model (its path and context) with
  * cfg->threads. Returns NULL with a message logged. */
@@ -111,6 +112,8 @@ struct worker_view {
     uint64_t spawns;       /* processes spawned */
     uint64_t readies;      /* processes that became READY */
     bool draining;         /* a reload drains or stops it */
+    bool reload_start;     /* loading a process a reload started (the roll's extra worker, or
+                            * one it restarts): capacity a reload adds, not capacity lost */
 };
 
 /* The workers now, for /health, /metrics and the service status. */
@@ -119,6 +122,10 @@ struct supervisor_view {
     uint32_t n;
     struct worker_view w[]; /* n of them */
 };
+
+/* The state /health and /metrics show for v: its life's name, or "draining" for a ready
+ * worker a reload drains (no new jobs; its running ones finish). */
+const char *worker_view_state(const struct worker_view *v);
 
 /* A snapshot of every worker, malloc'd (free() it), or NULL when out of memory. */
 struct supervisor_view *supervisor_view(struct supervisor *s);

@@ -67,6 +67,32 @@ static void test_health_status_for_each_mix_of_workers(void **state)
     free(v);
 }
 
+/* During a roll: the extra worker (or one restarted) that loads is capacity a reload adds, so
+ * the service reads ok, not degraded; a worker that drains reads "draining", in /health as in
+ * /metrics. A worker that loads after a crash still reads degraded. */
+static void test_health_reload_starting_a_worker_is_not_degraded(void **state)
+{
+    (void)state;
+    struct supervisor_view *v = view(3);
+    v->w[2].serving = false;
+    v->w[2].life = WORKER_LIFE_STARTING;
+    v->w[2].loading = true;
+    expect(v, true, "degraded", 200);
+    v->w[2].reload_start = true;
+    expect(v, true, "ok", 200);
+    v->w[0].draining = true;
+    expect(v, true, "ok", 200);
+    assert_string_equal(worker_view_state(&v->w[0]), "draining");
+    assert_string_equal(worker_view_state(&v->w[1]), "ready");
+    assert_string_equal(worker_view_state(&v->w[2]), "starting");
+    int http = 0;
+    json_t *j = api_health_json(v, true, &http);
+    json_t *w0 = json_array_get(json_object_get(j, "workers"), 0);
+    assert_string_equal(json_string_value(json_object_get(w0, "state")), "draining");
+    json_decref(j);
+    free(v);
+}
+
 static void test_health_worker_fields(void **state)
 {
     (void)state;
@@ -110,6 +136,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_health_status_for_each_mix_of_workers),
+        cmocka_unit_test(test_health_reload_starting_a_worker_is_not_degraded),
         cmocka_unit_test(test_health_worker_fields),
     };
     return cmocka_run_group_tests_name("health", tests, NULL, NULL);

@@ -221,6 +221,24 @@ static void test_metrics_worker_series_from_region_headers(void **state)
     assert_line(t, "kiln_worker_up{worker=\"2\"} 0");
 }
 
+/* A worker a reload drains has its own series, there (at 0) for every worker all along, and
+ * it takes no new jobs, so it is not up. */
+static void test_metrics_draining_worker_has_a_state_series(void **state)
+{
+    struct fixture *f = *state;
+    struct metrics_worker_view w[2] = {
+        {.id = 0, .state = "draining", .restarts = 0, .hdr = &f->hdr[0]},
+        {.id = 1, .state = "ready", .restarts = 0, .hdr = &f->hdr[1]},
+    };
+    const char *t = render(f, w, 2);
+    assert_line(t, "kiln_worker_state{worker=\"0\",state=\"draining\"} 1");
+    assert_line(t, "kiln_worker_state{worker=\"0\",state=\"ready\"} 0");
+    assert_line(t, "kiln_worker_state{worker=\"1\",state=\"draining\"} 0");
+    assert_line(t, "kiln_worker_state{worker=\"1\",state=\"ready\"} 1");
+    assert_line(t, "kiln_worker_up{worker=\"0\"} 0");
+    assert_line(t, "kiln_worker_up{worker=\"1\"} 1");
+}
+
 static void test_metrics_unknown_state_label_is_escaped(void **state)
 {
     struct fixture *f = *state;
@@ -332,6 +350,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_metrics_histogram_is_cumulative_in_seconds, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_metrics_worker_series_from_region_headers, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_metrics_draining_worker_has_a_state_series, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_metrics_unknown_state_label_is_escaped, setup,
                                         teardown),
