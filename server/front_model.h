@@ -48,6 +48,12 @@ struct front_model {
     char arg[PATH_MAX];           /* --model as configured ("mock", a path, an hf: reference) */
     char path[PATH_MAX];          /* what the workers load: the file, or "mock" */
     struct front_model_file file; /* path's identity when it was opened (zero for the mock) */
+    /* the settings besides the file it was made with: a reload that changes one rolls the
+     * workers onto a new generation of the same file */
+    uint32_t set_ctx, set_kv_cache_tokens, set_kv_cache_mib;
+    char set_chat_template[64];
+    char set_chat_template_file[PATH_MAX];
+    char set_tool_call_format[64];
 };
 
 /* Fill m from cfg: the mock (byte tokenizer, "mock", --ctx or 4096) or a GGUF file (its name,
@@ -68,5 +74,10 @@ void front_model_put(struct front_model *m);
 /* Whether path is not the file m was opened from (another path, another inode, or the same
  * one rewritten), so a reload must roll the workers onto it. */
 bool front_model_changed(const struct front_model *m, const char *path);
+
+/* Whether cfg's ctx, kv-cache-tokens, kv-cache-mib, chat-template, chat-template-file or
+ * tool-call-format differ from those m was made with; what says which ("ctx 4096 -> 2048", ...). */
+bool front_model_settings_changed(const struct front_model *m, const struct kiln_config *cfg,
+                                  char *what, size_t len);
 
 #endif

@@ -20,13 +20,15 @@ static const char *level_name(enum log_level l)
     return (unsigned)l < 4 ? n[l] : "?";
 }
 
-/* The model file, --threads and --workers: a rolling restart of the workers (roll.h) when
- * any changed. A model that does not load in the front keeps everything as it was. */
+/* The model file, the settings a model generation is made with (ctx, the KV cache's size, the
+ * chat template and tool-call format: front_model.h), --threads and --workers: a rolling
+ * restart of the workers (roll.h) when any changed. A model that does not load in the front
+ * keeps everything as it was. */
 static void reload_workers(struct front *f, const struct kiln_config *n)
 {
     uint32_t threads, count;
     struct front_model *target = roll_target(f->roll, &threads, &count), *m = NULL;
-    char err[512], why[640];
+    char err[512], why[1024];
 
     if (hf_is_ref(n->model) && strcmp(n->model, target->arg) != 0) {
         snprintf(why, sizeof(why),
@@ -37,15 +39,22 @@ static void reload_workers(struct front *f, const struct kiln_config *n)
         roll_failed(f->roll, why);
         return;
     }
-    if (!hf_is_ref(n->model) && front_model_changed(target, n->model)) {
-        if (!(m = front_model_load(n, n->model, f->next_gen + 1, err, sizeof(err)))) {
-            snprintf(why, sizeof(why), "model %s: %s", n->model, err);
+    /* the file, or a setting the front's model and the workers' engine are made with */
+    char what[1024];
+    const char *path = hf_is_ref(n->model) ? target->path : n->model;
+    bool file_changed = !hf_is_ref(n->model) && front_model_changed(target, n->model);
+    if (front_model_settings_changed(target, n, what, sizeof(what)) || file_changed) {
+        if (!(m = front_model_load(n, path, f->next_gen + 1, err, sizeof(err)))) {
+            snprintf(why, sizeof(why), "model %.400s: %s", path, err);
             log_error("reload: %s; the workers keep model %s", why, target->name);
             roll_failed(f->roll, why);
             return;
         }
         f->next_gen++;
-        log_info("reload: model %s -> %s (%s)", target->path, m->path, m->name);
+        if (file_changed)
+            log_info("reload: model %s -> %s (%s)", target->path, m->path, m->name);
+        if (what[0])
+            log_info("reload: %s", what);
     }
     if (!m && n->threads == threads && n->workers == count)
         return;
@@ -106,9 +115,8 @@ void reload_run(struct front *f, struct service *svc, int argc, char **argv)
     else if (n.tls_cert)
         log_info("reload: certificate %s read again", n.tls_cert);
     reload_workers(f, &n);
-    if (n.max_sequences != cur->max_sequences || n.ctx != cur->ctx ||
-        n.watchdog_ms != cur->watchdog_ms)
-        log_warn("reload: max-sequences, ctx and watchdog-ms take effect at the next restart");
+    if (n.max_sequences != cur->max_sequences || n.watchdog_ms != cur->watchdog_ms)
+        log_warn("reload: max-sequences and watchdog-ms take effect at the next restart");
     config_free(&n);
     service_status_line(f, status, sizeof(status));
     service_reloaded(svc, status);

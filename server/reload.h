@@ -1,7 +1,8 @@
 /* SIGHUP (systemctl reload): read the config file and the command line again into a fresh
  * config and apply what the front can change live (log level, timeouts, API keys and
- * key file, metrics key, rate limits). Settings that need new workers (model,
- * threads, workers, ...) are named in the log and left as they were. */
+ * key file, metrics key, rate limits, the access log's file, the TLS certificate). The model
+ * file, ctx, the KV cache's size, the chat template, threads and workers are applied by a
+ * rolling restart (roll.h); max-sequences and watchdog-ms are logged as needing a restart. */
 #ifndef RELOAD_H
 #define RELOAD_H
 

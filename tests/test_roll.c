@@ -540,6 +540,64 @@ static void test_roll_worker_count_and_threads_change_live(void **state)
     unlink(conf);
 }
 
+/* ---- ctx and the KV cache: worker parameters ---- */
+
+/* /v1/models' context_length of its first model. */
+static long long context_length(int port)
+{
+    json_t *j = NULL;
+    long long n = -1;
+    if (front_call(port, "GET", "/v1/models", NULL, &j, NULL) == 200)
+        n = json_integer_value(
+            json_object_get(json_array_get(json_object_get(j, "data"), 0), "context_length"));
+    json_decref(j);
+    return n;
+}
+
+/* A reload that changes ctx (a worker parameter, and the front's prompt limit) rolls the
+ * workers onto a new generation of the same model: new processes, the new limit enforced. */
+static void test_roll_ctx_change_is_rolled_onto_the_workers(void **state)
+{
+    (void)state;
+    char conf[128], body[9000];
+    snprintf(conf, sizeof(conf), "/tmp/kiln-roll-ctx-%ld.conf", (long)getpid());
+    write_conf(conf, "model = mock\nworkers = 2\nctx = 4096\n");
+    struct kiln_proc *p = start_with_conf(conf, NULL);
+    assert_non_null(p);
+    int port = kiln_port(p);
+    struct workers_cond two = {port, 2};
+    assert_true(wait_until(workers_ready, &two, 20000));
+    assert_int_equal(context_length(port), 4096);
+    /* a prompt of 3000 bytes (the mock's tokens are bytes) fits 4096 */
+    char prompt[3001];
+    memset(prompt, 'a', 3000);
+    prompt[3000] = '\0';
+    snprintf(body, sizeof(body), "{\"prompt\": \"%s\", \"max_tokens\": 1}", prompt);
+    json_t *j = NULL;
+    assert_int_equal(front_call(port, "POST", "/v1/completions", body, &j, NULL), 200);
+    json_decref(j);
+
+    pid_t before[8], after[8];
+    assert_int_equal(proc_children(kiln_pid(p), before, 8), 2);
+    write_conf(conf, "model = mock\nworkers = 2\nctx = 2048\n");
+    assert_int_equal(kiln_kill(p, SIGHUP), 0);
+    struct reload_cond done = {port, "done", 1};
+    assert_true(wait_until(reload_is, &done, 30000));
+    assert_true(wait_until(workers_ready, &two, 20000));
+    assert_int_equal(context_length(port), 2048);
+    assert_int_equal(proc_children(kiln_pid(p), after, 8), 2);
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++)
+            assert_int_not_equal(before[i], after[k]);
+    /* the same prompt is now over the limit */
+    j = NULL;
+    assert_int_equal(front_call(port, "POST", "/v1/completions", body, &j, NULL), 400);
+    json_decref(j);
+    assert_true(kiln_output_contains(p, "reload: ctx 4096 -> 2048"));
+    assert_int_equal(front_stop(p), 0);
+    unlink(conf);
+}
+
 /* ---- the same path, a new file ---- */
 
 static void copy_file(const char *from, const char *to)
@@ -625,6 +683,7 @@ int main(void)
         cmocka_unit_test(test_roll_broken_model_keeps_the_old_workers_serving),
         cmocka_unit_test(test_roll_systemd_hears_ready_only_when_the_roll_is_done),
         cmocka_unit_test(test_roll_worker_count_and_threads_change_live),
+        cmocka_unit_test(test_roll_ctx_change_is_rolled_onto_the_workers),
         cmocka_unit_test(test_roll_new_file_at_the_same_path_is_rolled_onto),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
