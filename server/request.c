@@ -6,6 +6,7 @@
 #include "request.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -324,9 +325,12 @@ void request_on_record(struct job *j, const struct proto_msg *m)
 void request_on_job_lost(struct job *j, const char *cause)
 {
     struct request *r = j->req;
+    uint32_t wid = j->worker ? j->worker->id : 0;
     j->worker = NULL;
     if (j->state == JOB_DISPATCHED && !request_over(r)) {
         /* it never started: it runs elsewhere, first in line */
+        log_info("request %" PRIu64 " [%s]: worker %u went before it started; queued again",
+                 j->req_id, r->access.rid, wid);
         j->state = JOB_QUEUED;
         queue_push_head(&r->f->queue, j);
         return;
@@ -335,8 +339,10 @@ void request_on_job_lost(struct job *j, const char *cause)
      * its request (the other choices go with it) */
     bool started = j->state == JOB_STARTED;
     job_done(j);
-    if (started)
+    if (started) { /* the crash's log line has the error id the cause names */
+        log_warn("request %" PRIu64 " [%s]: lost: %s", j->req_id, r->access.rid, cause);
         request_fail(r, 500, "server_error", cause, NULL, "worker_crashed");
+    }
     request_settle(r);
 }
 

@@ -283,6 +283,15 @@ static void test_access_log_worker_crash_line(void **state)
     expect_in(l, " access: POST /v1/completions 500 ");
     expect_in(l, " worker=0 ");
     expect_in(l, " end=error");
+    /* the front's log names the request the crash took, with the crash's error id */
+    w.p = *state;
+    w.file = NULL;
+    snprintf(w.needle, sizeof(w.needle), "%s",
+             " [t-crash-1]: lost: worker 0 crashed (signal 11) while running this request");
+    if (!wait_until(line_found, &w, 10000))
+        fail_msg("no line names the lost request in:\n%s", kiln_output(*state));
+    expect_in(w.line, "WARN request ");
+    expect_in(w.line, "(error id ");
 }
 
 static void test_access_log_socket_refusals_408_and_431(void **state)
