@@ -275,6 +275,66 @@ static void test_sdnotify_unit_file_passes_systemd_analyze_verify(void **state)
         fail_msg("TimeoutStopSec=%lds does not cover drain-ms %ld + 5 s", stop_s, drain);
 }
 
+/* A value of deploy/kiln.service ("" when absent). */
+static void unit_value(const char *key, char *out, size_t cap)
+{
+    char line[512];
+    size_t kl = strlen(key);
+    FILE *fp = fopen("deploy/kiln.service", "r");
+    assert_non_null(fp);
+    out[0] = '\0';
+    while (fgets(line, sizeof(line), fp))
+        if (strncmp(line, key, kl) == 0 && line[kl] == '=') {
+            snprintf(out, cap, "%s", line + kl + 1);
+            out[strcspn(out, "\n")] = '\0';
+        }
+    fclose(fp);
+}
+
+/* The access-log file kiln.conf suggests is in a folder the sandboxed unit may write (its
+ * LogsDirectory), and the unit's user is named, so the instances of the template
+ * docs/deploy.md makes share it; that template passes `systemd-analyze verify` too. */
+static void test_sdnotify_unit_can_write_the_access_log_and_be_a_template(void **state)
+{
+    (void)state;
+    char logs[128], user[64], want[256], cmd[1024], out[4096];
+    unit_value("LogsDirectory", logs, sizeof(logs));
+    unit_value("User", user, sizeof(user));
+    if (!logs[0])
+        fail_msg("deploy/kiln.service has no LogsDirectory= for --access-log FILE");
+    assert_true(user[0] != '\0');
+    snprintf(want, sizeof(want), "/var/log/%s/access.log", logs);
+    FILE *fp = fopen("deploy/kiln.conf", "r");
+    assert_non_null(fp);
+    size_t n = fread(out, 1, sizeof(out) - 1, fp);
+    out[n] = '\0';
+    fclose(fp);
+    if (!strstr(out, want))
+        fail_msg("deploy/kiln.conf does not suggest %s", want);
+    if (system("command -v systemd-analyze >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "skipped: systemd-analyze is not installed (apt-get install systemd)\n");
+        skip();
+    }
+    char dir[64];
+    snprintf(dir, sizeof(dir), "/tmp/kiln-tmpl-%ld", (long)getpid());
+    snprintf(cmd, sizeof(cmd),
+             "mkdir -p %s && sed -e 's|/usr/local/bin/kiln|%s/kiln|' -e "
+             "'s|--config /etc/kiln/kiln.conf|--config /etc/kiln/%%i.conf|' deploy/kiln.service "
+             "> %s/kiln@.service && cp %s/kiln@.service %s/kiln@kiln1.service && "
+             "systemd-analyze verify %s/kiln@kiln1.service 2>&1; echo rc=$?",
+             dir, bin_dir(), dir, dir, dir, dir);
+    fp = popen(cmd, "r");
+    assert_non_null(fp);
+    n = fread(out, 1, sizeof(out) - 1, fp);
+    out[n] = '\0';
+    pclose(fp);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    if (!strstr(out, "rc=0") || strstr(out, "kiln@"))
+        fail_msg("systemd-analyze verify of the kiln@.service template:\n%s", out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -283,6 +343,7 @@ int main(void)
         cmocka_unit_test(test_sdnotify_bad_config_file_refused_at_start_with_its_line),
         cmocka_unit_test(test_sdnotify_sighup_rereads_the_config_file),
         cmocka_unit_test(test_sdnotify_unit_file_passes_systemd_analyze_verify),
+        cmocka_unit_test(test_sdnotify_unit_can_write_the_access_log_and_be_a_template),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
