@@ -216,6 +216,11 @@ static void pick(struct roll *rl)
         if (!rl->surged && n == rl->n && n < CONFIG_MAX_WORKERS) {
             rl->surged = true; /* one extra first, so as many serve while one restarts */
             add_worker(rl, "the extra one of the roll");
+        } else if (!rl->surged && n == rl->n) {
+            rl->surged = true;
+            log_info("reload: %u workers, the most: no room for an extra one; each is "
+                     "replaced in place (%u serve meanwhile)", n, n - 1);
+            (void)begin_drain(rl, mismatched, false);
         } else if (n > rl->n && !matches(rl, last)) {
             (void)begin_drain(rl, last, true);
         } else {

@@ -540,6 +540,77 @@ static void test_roll_worker_count_and_threads_change_live(void **state)
     unlink(conf);
 }
 
+/* ---- 64 workers: no room for the extra one ---- */
+
+/* How many workers /health lists, or -1. */
+static long health_workers(int port)
+{
+    json_t *h = health(port);
+    long n = h ? (long)json_array_size(json_object_get(h, "workers")) : -1;
+    json_decref(h);
+    return n;
+}
+
+struct max_cond {
+    int port;
+    long most;   /* the most workers /health listed so far */
+    int served;  /* requests answered 200 meanwhile */
+    int failed;
+};
+
+/* Done when the reload is; meanwhile note the worker count and send a request. */
+static bool roll_done_watching(void *arg)
+{
+    struct max_cond *c = arg;
+    long n = health_workers(c->port);
+    if (n > c->most)
+        c->most = n;
+    json_t *j = NULL;
+    char body[160];
+    snprintf(body, sizeof(body), BODY, "");
+    if (front_call(c->port, "POST", "/v1/completions", body, &j, NULL) == 200)
+        c->served++;
+    else
+        c->failed++;
+    json_decref(j);
+    struct reload_cond done = {c->port, "done", 1};
+    return reload_is(&done);
+}
+
+/* At CONFIG_MAX_WORKERS (64) the roll cannot add its extra worker: it replaces each worker in
+ * place (N-1 serve during each step), never runs more than 64, and fails no request. */
+static void test_roll_at_64_workers_replaces_them_in_place(void **state)
+{
+    (void)state;
+    char conf[128];
+    snprintf(conf, sizeof(conf), "/tmp/kiln-roll-64-%ld.conf", (long)getpid());
+    write_conf(conf, "model = mock\nworkers = 64\nthreads = 1\n");
+    struct kiln_proc *p = start_with_conf(conf, NULL);
+    assert_non_null(p);
+    int port = kiln_port(p);
+    struct workers_cond all = {port, 64};
+    assert_true(wait_until(workers_ready, &all, 120000));
+    pid_t before[80], after[80];
+    assert_int_equal(proc_children(kiln_pid(p), before, 80), 64);
+
+    write_conf(conf, "model = mock\nworkers = 64\nthreads = 2\n");
+    assert_int_equal(kiln_kill(p, SIGHUP), 0);
+    struct max_cond mc = {port, 0, 0, 0};
+    assert_true(wait_until(roll_done_watching, &mc, 240000));
+    assert_true(wait_until(workers_ready, &all, 60000));
+    print_message("roll at 64 workers: at most %ld listed, %d requests served, %d failed\n",
+                  mc.most, mc.served, mc.failed);
+    assert_int_equal(mc.most, 64);
+    assert_int_equal(mc.failed, 0);
+    assert_int_equal(proc_children(kiln_pid(p), after, 80), 64);
+    for (int i = 0; i < 64; i++)
+        for (int k = 0; k < 64; k++)
+            assert_int_not_equal(before[i], after[k]);
+    assert_true(kiln_output_contains(p, "replaced in place"));
+    assert_int_equal(front_stop(p), 0);
+    unlink(conf);
+}
+
 /* ---- ctx and the KV cache: worker parameters ---- */
 
 /* /v1/models' context_length of its first model. */
@@ -684,6 +755,7 @@ int main(void)
         cmocka_unit_test(test_roll_systemd_hears_ready_only_when_the_roll_is_done),
         cmocka_unit_test(test_roll_worker_count_and_threads_change_live),
         cmocka_unit_test(test_roll_ctx_change_is_rolled_onto_the_workers),
+        cmocka_unit_test(test_roll_at_64_workers_replaces_them_in_place),
         cmocka_unit_test(test_roll_new_file_at_the_same_path_is_rolled_onto),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
