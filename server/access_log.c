@@ -11,8 +11,11 @@
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "hist.h"
 
 #include "log.h"
 
@@ -157,14 +160,32 @@ size_t access_log_format(const struct access_entry *e, uint64_t now_us, bool jso
     return off;
 }
 
+void access_log_make_id(char *out, size_t cap)
+{
+    uint64_t r[2];
+    if (getrandom(r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
+        static uint64_t n;
+        r[0] = hist_now_us() ^ ((uint64_t)getpid() << 32);
+        r[1] = ++n;
+    }
+    snprintf(out, cap, "%016" PRIx64 "%016" PRIx64, r[0], r[1]);
+}
+
 void access_log_refused(int fd, int status)
 {
-    struct access_entry e = {.status = status, .worker = -1};
+    access_log_refused_at(fd, status, 0, NULL);
+}
+
+void access_log_refused_at(int fd, int status, uint64_t t_start_us, const char *rid)
+{
+    struct access_entry e = {.status = status, .worker = -1, .t_start_us = t_start_us};
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
     snprintf(e.method, sizeof(e.method), "-");
     snprintf(e.route, sizeof(e.route), "-");
     snprintf(e.client, sizeof(e.client), "-");
+    if (rid && request_id_valid(rid))
+        snprintf(e.rid, sizeof(e.rid), "%s", rid);
     if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0) {
         if (ss.ss_family == AF_INET)
             inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, e.client,
@@ -173,7 +194,7 @@ void access_log_refused(int fd, int status)
             inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, e.client,
                       sizeof(e.client));
     }
-    access_log_write(&e, 0);
+    access_log_write(&e, t_start_us ? hist_now_us() : 0);
 }
 
 void access_log_write(struct access_entry *e, uint64_t now_us)

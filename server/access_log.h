@@ -56,4 +56,12 @@ void access_log_write(struct access_entry *e, uint64_t now_us);
  * 431) before the API saw it: the peer of fd as the client, nothing else known. */
 void access_log_refused(int fd, int status);
 
+/* The same, with when its first byte came (hist_now_us(); 0: unknown, no duration) and the
+ * X-Request-Id its refusal carries (NULL: none). */
+void access_log_refused_at(int fd, int status, uint64_t t_start_us, const char *rid);
+
+/* A request id for an answer the API does not give (a refusal): 32 hex digits, random, into
+ * out (at least 33 bytes). */
+void access_log_make_id(char *out, size_t cap);
+
 #endif

@@ -27,6 +27,7 @@
 #include "access_log.h"
 #include "api.h"
 #include "config.h"
+#include "hist.h"
 #include "log.h"
 #include "metrics.h"
 #include "tls.h"
@@ -195,23 +196,28 @@ void http_conn_refuse(struct http_conn *c, int status, const char *why)
         snprintf(msg, sizeof(msg), "malformed HTTP request: %s", why ? why : "framing");
         break;
     }
+    access_log_make_id(c->rid, sizeof(c->rid));
     if (status != 408)
-        log_info("http: refusing a request with %d (%s)", status, why ? why : "framing");
+        log_info("http: refusing a request with %d (%s) [%s]", status, why ? why : "framing",
+                 c->rid);
     json = api_json_error("invalid_request_error", msg, NULL, refusal_code(status));
     if (!json || evbuffer_add_printf(bufferevent_get_output(c->bev),
                                      "HTTP/1.1 %d %s\r\n"
                                      "Content-Type: application/json\r\n"
                                      "Content-Length: %zu\r\n"
+                                     "X-Request-Id: %s\r\n"
                                      "Connection: close\r\n"
                                      "\r\n"
                                      "%s\n",
-                                     status, http_reason(status), strlen(json) + 1, json) < 0) {
+                                     status, http_reason(status), strlen(json) + 1, c->rid,
+                                     json) < 0) {
         free(json);
         log_error("http: no memory for a %d answer; closing the connection", status);
         return http_conn_drop(c);
     }
     free(json);
-    access_log_refused(c->fd, status); /* the API never saw it: its access line is here */
+    /* the API never saw it: its access line is here */
+    access_log_refused_at(c->fd, status, c->req_start_us, c->rid);
     conn_closing(c);
 }
 
@@ -228,6 +234,7 @@ static void dispatch(struct http_conn *c)
     }
     c->req = r;
     c->requests++;
+    c->req_start_us = 0;
     deadline_set(c, HTTP_DL_NONE);
     (void)bufferevent_disable(c->bev, EV_READ);
     r->in_handler = true;
@@ -246,9 +253,12 @@ static void conn_process(struct http_conn *c)
         size_t used = 0;
         if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
             break;
+        bool fresh = c->p.state == HP_START; /* no byte of a request read yet */
         enum http_parse_status st = http_parser_feed(&c->p, v.iov_base, v.iov_len, c->body,
                                                      &used);
         (void)evbuffer_drain(in, used);
+        if (fresh && used > 0) /* for a refusal's duration */
+            c->req_start_us = hist_now_us();
         if (st == HTTP_PARSE_ERROR)
             return http_conn_refuse(c, c->p.status, c->p.why);
         if (st == HTTP_PARSE_HEAD && c->p.state != HP_DONE) {

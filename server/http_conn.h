@@ -68,6 +68,8 @@ struct http_conn {
     struct event *ev_deadline; /* the current deadline; also the linger's end */
     enum http_deadline deadline;
     uint64_t requests;         /* requests handed to the handler so far */
+    uint64_t req_start_us;     /* hist_now_us() at the current request's first byte; 0: none */
+    char rid[40];              /* a refusal's X-Request-Id (access_log_make_id) */
     char addr[64];             /* the client's numeric address */
     uint16_t port;
     bool read_eof;  /* the client shut its sending side */

@@ -59,7 +59,7 @@ static void test_access_log_text_line_has_every_field(void **state)
     assert_non_null(strstr(out, " ttft_ms=- "));
     assert_non_null(strstr(out, " worker=- "));
     assert_non_null(strstr(out, " end=client_gone\n"));
-    /* a start not known (a request the connection guard refused): no duration either */
+    /* a start not known: no duration either */
     e.t_start_us = 0;
     access_log_format(&e, 3500000, false, out, sizeof(out));
     assert_non_null(strstr(out, " ttft_ms=- duration_ms=- "));
@@ -308,6 +308,12 @@ static void test_access_log_socket_refusals_408_and_431(void **state)
     const char *part = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n";
     assert_int_equal(http_raw_send(fd, part, strlen(part)), 0);
     assert_int_equal(http_raw_read_response(fd, &r, 10000), 408);
+    /* the refusal carries an id, and its line has it and the time since the first byte */
+    char rid[64], want[128];
+    const char *h = http_header_get(&r, "X-Request-Id");
+    assert_non_null(h);
+    assert_int_equal(strlen(h), 32);
+    snprintf(rid, sizeof(rid), "%s", h);
     http_response_free(&r);
     close(fd);
     w.p = p;
@@ -315,8 +321,10 @@ static void test_access_log_socket_refusals_408_and_431(void **state)
     snprintf(w.needle, sizeof(w.needle), " access: - - 408 ");
     if (!wait_until(line_found, &w, 10000))
         fail_msg("no 408 access line in:\n%s", kiln_output(p));
-    expect_in(w.line, " tokens_in=0 tokens_out=0 ttft_ms=- duration_ms=- worker=- "
-                      "client=127.0.0.1 request_id=- end=done");
+    expect_in(w.line, " tokens_in=0 tokens_out=0 ttft_ms=- duration_ms=");
+    assert_null(strstr(w.line, "duration_ms=-"));
+    snprintf(want, sizeof(want), " worker=- client=127.0.0.1 request_id=%s end=done", rid);
+    expect_in(w.line, want);
     /* headers over --max-header-bytes: 431 */
     static char big[20000];
     int n = snprintf(big, sizeof(big), "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ");
@@ -325,11 +333,15 @@ static void test_access_log_socket_refusals_408_and_431(void **state)
     assert_true((fd = http_raw_connect(kiln_port(p))) >= 0);
     assert_int_equal(http_raw_send(fd, big, sizeof(big) - 1), 0);
     assert_int_equal(http_raw_read_response(fd, &r, 10000), 431);
+    assert_non_null(h = http_header_get(&r, "X-Request-Id"));
+    snprintf(want, sizeof(want), " request_id=%s end=done", h);
     http_response_free(&r);
     close(fd);
     snprintf(w.needle, sizeof(w.needle), " access: - - 431 ");
     if (!wait_until(line_found, &w, 10000))
         fail_msg("no 431 access line in:\n%s", kiln_output(p));
+    expect_in(w.line, want);
+    assert_null(strstr(w.line, "duration_ms=-"));
     assert_int_equal(front_stop(p), 0);
 }
 
