@@ -13,6 +13,7 @@
 
 #include "api.h"
 #include "api_chat.h"
+#include "api_tokenize.h"
 #include "config.h"
 #include "gguf.h"
 #include "log.h"
@@ -154,6 +155,11 @@ void api_apply_template(struct front *f, struct http_req *http)
         api_bad(&e, NULL, "the body must be a JSON %s", "object");
         goto fail;
     }
+    const struct front_model *m = api_body_model(f, http, o);
+    if (!m) {
+        json_decref(o);
+        return;
+    }
     gen = json_object_get(o, "add_generation_prompt");
     if (gen && !json_is_boolean(gen)) {
         api_bad(&e, "add_generation_prompt", "'%s' must be a boolean", "add_generation_prompt");
@@ -162,7 +168,7 @@ void api_apply_template(struct front *f, struct http_req *http)
     struct api_chat c;
     int rc = api_chat_parse(o, &c, &e);
     if (rc == 0)
-        prompt = api_chat_render(f->model, &c, gen ? json_is_true(gen) : true, NULL, NULL, &e);
+        prompt = api_chat_render(m, &c, gen ? json_is_true(gen) : true, NULL, NULL, &e);
     api_chat_free(&c);
     if (!prompt) {
         if (rc == -ENOMEM) {

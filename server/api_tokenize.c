@@ -13,6 +13,8 @@
 
 #include "api.h"
 #include "detok.h"
+#include "front_model.h"
+#include "roll.h"
 #include "tokenizer.h"
 
 /* A client error being built. */
@@ -119,12 +121,33 @@ static long tk_encode(const struct tokenizer *tok, const char *text, size_t len,
     return -EOVERFLOW;
 }
 
+struct front_model *api_body_model(struct front *f, struct http_req *http, json_t *body)
+{
+    json_t *v = json_object_get(body, "model");
+    char msg[300];
+    if (!v || json_is_null(v))
+        return f->model;
+    if (!json_is_string(v)) {
+        api_send_error(http, 400, "invalid_request_error", "'model' must be a string", "model",
+                       NULL);
+        return NULL;
+    }
+    struct front_model *m = roll_find_model(f, json_string_value(v));
+    if (!m) {
+        snprintf(msg, sizeof(msg), "The model '%.128s' does not exist; this server serves '%.100s'",
+                 json_string_value(v), f->model->name);
+        api_send_error(http, 404, "invalid_request_error", msg, "model", "model_not_found");
+    }
+    return m;
+}
+
 /* The most tokens /tokenize answers with their pieces. */
 #define TK_MAX_PIECES 16384
 
 void api_tokenize(struct front *f, struct http_req *http)
 {
-    const struct tokenizer *tok = f->model->tok;
+    const struct tokenizer *tok;
+    const struct front_model *m;
     struct tk_err e = {{0}, NULL};
     bool add_special = true, parse_special = false, with_pieces = false;
     uint32_t *ids = NULL;
@@ -133,6 +156,11 @@ void api_tokenize(struct front *f, struct http_req *http)
 
     if (!(o = tk_body(http, &e)))
         goto bad;
+    if (!(m = api_body_model(f, http, o))) {
+        json_decref(o);
+        return;
+    }
+    tok = m->tok;
     json_t *content = json_object_get(o, "content");
     if (!json_is_string(content)) {
         tk_bad(&e, "content", "'content' must be a string");
@@ -214,16 +242,24 @@ static int tk_append(char **buf, size_t *used, size_t *cap, const char *s, size_
 void api_detokenize(struct front *f, struct http_req *http)
 {
     const struct tokenizer *tok = f->model->tok;
-    uint32_t n_vocab = tokenizer_n_vocab(tok);
+    const struct front_model *m;
+    uint32_t n_vocab;
     struct tk_err e = {{0}, NULL};
     char *text = NULL, *delta = NULL;
-    size_t used = 0, cap = 0, i, delta_cap = detok_out_max(tok);
+    size_t used = 0, cap = 0, i, delta_cap;
     struct detok d;
     json_t *o, *v;
     int r;
 
     if (!(o = tk_body(http, &e)))
         goto bad;
+    if (!(m = api_body_model(f, http, o))) {
+        json_decref(o);
+        return;
+    }
+    tok = m->tok;
+    n_vocab = tokenizer_n_vocab(tok);
+    delta_cap = detok_out_max(tok);
     json_t *tokens = json_object_get(o, "tokens");
     if (!json_is_array(tokens)) {
         tk_bad(&e, "tokens", "'tokens' must be an array of token ids");

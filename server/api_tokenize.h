@@ -3,8 +3,16 @@
 #ifndef API_TOKENIZE_H
 #define API_TOKENIZE_H
 
+#include <jansson.h>
+
 struct front;
+struct front_model;
 struct http_req;
+
+/* The model a body's "model" names: absent or null, the current one; during a reload's roll
+ * also the other model while it is served (roll.h). Otherwise NULL, with the error sent
+ * (400 when it is not a string, 404 model_not_found when no such model is served). */
+struct front_model *api_body_model(struct front *f, struct http_req *http, json_t *body);
 
 /* {"content": string, "add_special": bool = true, "parse_special": bool = false,
  *  "with_pieces": bool = false} -> {"tokens": [id, ...]}, or with with_pieces
@@ -15,6 +23,7 @@ struct http_req;
  * llama.cpp's default does). Pieces render control tokens as their text ("<s>") and keep
  * SentencePiece's leading space. A wrong field is a 400 naming it. */
 void api_tokenize(struct front *f, struct http_req *http);
+/* Both take an optional "model" (api_body_model): its tokenizer is used. */
 
 /* {"tokens": [id, ...]} -> {"content": string}: the text a client would have been streamed
  * for those ids (control tokens empty, SentencePiece's first space dropped, invalid UTF-8 as

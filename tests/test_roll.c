@@ -742,6 +742,31 @@ static void test_roll_new_file_at_the_same_path_is_rolled_onto(void **state)
                      200);
     assert_string_equal(json_string_value(json_object_get(j, "model")), ids);
     json_decref(j);
+    /* /tokenize, /detokenize and /apply-template take "model" as the completions do: a
+     * model no longer served is a 404, the one served is used */
+    char body[640];
+    snprintf(body, sizeof(body), "{\"content\": \"Once upon\", \"model\": \"%s\"}", ids);
+    j = NULL;
+    assert_int_equal(front_call(port, "POST", "/tokenize", body, &j, NULL), 200);
+    assert_true(json_array_size(json_object_get(j, "tokens")) > 0);
+    json_decref(j);
+    j = NULL;
+    assert_int_equal(front_call(port, "POST", "/tokenize",
+                                "{\"content\": \"Once upon\", \"model\": \"llama\"}", &j, NULL),
+                     404);
+    json_decref(j);
+    j = NULL;
+    assert_int_equal(front_call(port, "POST", "/detokenize",
+                                "{\"tokens\": [1], \"model\": \"llama\"}", &j, NULL),
+                     404);
+    json_decref(j);
+    j = NULL;
+    assert_int_equal(front_call(port, "POST", "/apply-template",
+                                "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                                "\"model\": \"llama\"}",
+                                &j, NULL),
+                     404);
+    json_decref(j);
     assert_int_equal(front_stop(p), 0);
     unlink(conf);
     unlink(path);
