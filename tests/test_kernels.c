@@ -373,6 +373,53 @@ static void test_kernels_avxvnni_gemm_matches_scalar_and_batching_changes_nothin
     check_gemm(KERN_SET_AVXVNNI);
 }
 
+/* A row's result is the same bits through gemm (prompt rows) and matmul (decode rows) on a
+ * set, for every type, row counts leaving partial tiles, K beyond one cache chunk and 1 to 13
+ * sequences: the KV cache shares positions whichever of the two computed them. */
+static void check_gemm_equals_matmul(enum kern_set set)
+{
+    const struct kern_ops *k = kern_ops_get(set);
+    static const int seqs[] = {1, 3, 8, 13};
+    static const int rowss[] = {5, 19};
+    if (!k)
+        skip();
+    for (size_t ti = 0; ti < N_WTYPES; ti++) {
+        int be = quant_block_elems(wtypes[ti]);
+        int cols[2] = {be == 1 ? 100 : be == 32 ? 96 : 256,
+                       be == 1 ? 1100 : be == 32 ? 1024 + 64 : 2048 + 256};
+        for (int ci = 0; ci < 2; ci++)
+            for (size_t ri = 0; ri < 2; ri++) {
+                int rows = rowss[ri];
+                struct problem p;
+                problem_init(&p, wtypes[ti], rows, cols[ci], 13, 3u + (unsigned)(ti * 7 + ri));
+                for (size_t si = 0; si < 4; si++) {
+                    int ns = seqs[si];
+                    float *y = run_gemm(k, &p, ns, 0, 0, rows), *ym = run(k, &p, ns, 0, 0, rows);
+                    for (int i = 0; i < ns * rows; i++)
+                        if (memcmp(&y[i], &ym[i], sizeof(float)))
+                            fail_msg("%s %s cols %d rows %d n_seq %d r %d s %d: gemm %a matmul %a",
+                                     k->name, quant_type_name(p.t), p.cols, rows, ns, i % rows,
+                                     i / rows, y[i], ym[i]);
+                    free(y);
+                    free(ym);
+                }
+                problem_free(&p);
+            }
+    }
+}
+
+static void test_kernels_avx2_gemm_and_matmul_give_the_same_bits(void **state)
+{
+    (void)state;
+    check_gemm_equals_matmul(KERN_SET_AVX2);
+}
+
+static void test_kernels_avxvnni_gemm_and_matmul_give_the_same_bits(void **state)
+{
+    (void)state;
+    check_gemm_equals_matmul(KERN_SET_AVXVNNI);
+}
+
 static void test_kernels_avxvnni_batching_changes_nothing(void **state)
 {
     (void)state;
@@ -651,6 +698,8 @@ int main(void)
         cmocka_unit_test(test_kernels_avx512_gemm_matches_scalar_and_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avxvnni_gemm_matches_scalar_and_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avxvnni_batching_changes_nothing),
+        cmocka_unit_test(test_kernels_avx2_gemm_and_matmul_give_the_same_bits),
+        cmocka_unit_test(test_kernels_avxvnni_gemm_and_matmul_give_the_same_bits),
         cmocka_unit_test(test_kernels_avx2_float_kernels_match_scalar),
         cmocka_unit_test(test_kernels_avx512_float_kernels_match_scalar),
         cmocka_unit_test(test_kernels_avxvnni_float_kernels_match_scalar),

@@ -17,25 +17,81 @@
 
 #define GEMM_SC 128
 
+#define GEMM_MAXSB (GEMM_KC / QUANT_QK_K)
+
 struct panel {
     __m256i codes[GEMM_KC / 4];
     float scale[GEMM_MAXG][8];
     float bias[GEMM_MAXG][8];
+    /* the K types (Q8_K activations): per sub-block the integer scale and min of each row as
+     * an int16 pair (madd operands), per superblock d and dmin */
+    int32_t isc[GEMM_MAXG][8];
+    int32_t imin[GEMM_MAXG][8];
+    float d[GEMM_MAXSB][8];
+    float dmin[GEMM_MAXSB][8];
 };
+
+static AI int32_t pair16(int v)
+{
+    return (int32_t)((uint32_t)(uint16_t)v * 0x10001u);
+}
+
+/* Row i's integer sub-block scales and mins and its superblock scales, for sub-blocks
+ * [g0, g0 + ng) of a K type (whole superblocks). */
+static void pack_k(enum ggml_type t, const void *w, int g0, int ng, int i, struct panel *p)
+{
+    int per = t == GGML_TYPE_Q6_K ? 16 : 8;
+    for (int sb = 0; sb < ng / per; sb++) {
+        int b = g0 / per + sb;
+        for (int j = 0; j < per; j++) {
+            int sc, m = 0;
+            if (t == GGML_TYPE_Q6_K) {
+                const struct quant_block_q6_k *q = (const struct quant_block_q6_k *)w + b;
+                sc = q->scales[j];
+                p->d[sb][i] = _cvtsh_ss(q->d);
+                p->dmin[sb][i] = 0.0f;
+            } else if (t == GGML_TYPE_IQ4_XS) {
+                const struct quant_block_iq4_xs *q = (const struct quant_block_iq4_xs *)w + b;
+                sc = quant_iq4_xs_scale(q, j) - 32;
+                p->d[sb][i] = _cvtsh_ss(q->d);
+                p->dmin[sb][i] = 0.0f;
+            } else {
+                /* Q5_K's d, dmin and scales lie as Q4_K's */
+                const struct quant_block_q4_k *q = (const struct quant_block_q4_k *)
+                    ((const char *)w + (size_t)b * (t == GGML_TYPE_Q5_K
+                                                        ? sizeof(struct quant_block_q5_k)
+                                                        : sizeof(struct quant_block_q4_k)));
+                uint8_t s8, m8;
+                quant_q4_k_scale_min(q->scales, j, &s8, &m8);
+                sc = s8, m = m8;
+                p->d[sb][i] = _cvtsh_ss(q->d);
+                p->dmin[sb][i] = _cvtsh_ss(q->dmin);
+            }
+            p->isc[sb * per + j][i] = pair16(sc);
+            p->imin[sb * per + j][i] = pair16(m);
+        }
+    }
+}
 
 /* Rows [r, r + nr) (nr <= 8) of W, sub-blocks [g0, g0 + ng), into p. */
 static void pack(const struct kern_mat *W, int r, int nr, int g0, int ng, int G, struct panel *p,
                  uint8_t (*tmp)[GEMM_KC])
 {
-    int n = ng * G;
+    int n = ng * G, k = gemm_type_of(W->type).act_q8_k;
     for (int i = 0; i < 8; i++) {
         if (i < nr) {
-            gemm_decode_row(W->type, (const char *)W->data + (size_t)(r + i) * W->row_bytes, g0,
-                            ng, tmp[i], &p->scale[0][i], &p->bias[0][i], 8);
+            const char *w = (const char *)W->data + (size_t)(r + i) * W->row_bytes;
+            gemm_decode_row(W->type, w, g0, ng, tmp[i], &p->scale[0][i], &p->bias[0][i], 8);
+            if (k)
+                pack_k(W->type, w, g0, ng, i, p);
         } else {
             memset(tmp[i], 0, (size_t)n);
-            for (int g = 0; g < ng; g++)
+            for (int g = 0; g < ng; g++) {
                 p->scale[g][i] = p->bias[g][i] = 0.0f;
+                p->isc[g][i] = p->imin[g][i] = 0;
+            }
+            for (int sb = 0; sb < GEMM_MAXSB; sb++)
+                p->d[sb][i] = p->dmin[sb][i] = 0.0f;
         }
     }
     for (int t = 0; t < n / 4; t += 8)
@@ -114,6 +170,90 @@ static AI void tile(const struct panel *P, const char *const *xs, const int S, c
     }
 }
 
+/* The K types: per superblock the integer sum isum = sum over sub-blocks j of sc_j * (codes .
+ * x)_j (sc_j by madd in place of ones; Q6_K's zero point 32 as -32 * sum_j sc_j * sx_j) and
+ * for Q4_K/Q5_K msum = sum_j m_j * sx_j, then acc = fma(isum, d * dx, acc) and
+ * acc = fnma(msum, dmin * dx, acc): the chain kernels_avx2.c's decode rows compute. */
+static AI void tile_k(const struct panel *P, const char *const *xs, const int S,
+                      const size_t *off, int ng, const int G, const int min, const int sgn,
+                      const int z32, const float *dx, const int32_t *sx, float *y, size_t ys,
+                      int nr, int first)
+{
+    const int per = QUANT_QK_K / G;
+    __m256 acc[4];
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        acc[k] = first ? _mm256_setzero_ps() : maskload(y + (size_t)k * ys, nr);
+    for (int sb = 0; sb < ng / per; sb++) {
+        __m256i ia[4], ib[4];
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++)
+            ia[k] = ib[k] = _mm256_setzero_si256();
+        for (int j = 0; j < per; j++) {
+            int g = sb * per + j;
+            __m256i sc = _mm256_load_si256((const __m256i *)P->isc[g]);
+            const __m256i *c = &P->codes[g * (G / 4)];
+            _Pragma("GCC unroll 4")
+            for (int t = 0; t < G / 4; t += 2) {
+                __m256i w0 = _mm256_load_si256(c + t), w1 = _mm256_load_si256(c + t + 1);
+                __m256i a0 = sgn ? _mm256_abs_epi8(w0) : w0, a1 = sgn ? _mm256_abs_epi8(w1) : w1;
+                _Pragma("GCC unroll 4")
+                for (int k = 0; k < S; k++) {
+                    int32_t v0, v1;
+                    memcpy(&v0, xs[k] + off[g] + 4 * t, 4);
+                    memcpy(&v1, xs[k] + off[g] + 4 * t + 4, 4);
+                    __m256i x0 = _mm256_set1_epi32(v0), x1 = _mm256_set1_epi32(v1);
+                    if (sgn) {
+                        __m256i p0 = _mm256_maddubs_epi16(a0, _mm256_sign_epi8(x0, w0));
+                        __m256i p1 = _mm256_maddubs_epi16(a1, _mm256_sign_epi8(x1, w1));
+                        ia[k] = _mm256_add_epi32(ia[k], _mm256_add_epi32(_mm256_madd_epi16(p0, sc),
+                                                                         _mm256_madd_epi16(p1, sc)));
+                    } else {
+                        __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(a0, x0),
+                                                     _mm256_maddubs_epi16(a1, x1));
+                        ia[k] = _mm256_add_epi32(ia[k], _mm256_madd_epi16(p, sc));
+                    }
+                }
+            }
+            if (min || z32) {
+                __m256i m = min ? _mm256_load_si256((const __m256i *)P->imin[g]) : sc;
+                _Pragma("GCC unroll 4")
+                for (int k = 0; k < S; k++)
+                    ib[k] = _mm256_add_epi32(ib[k], _mm256_madd_epi16(
+                        m, _mm256_set1_epi32(sx[k * GEMM_MAXG + g] & 0xffff)));
+            }
+        }
+        __m256 d = _mm256_load_ps(P->d[sb]), dm = _mm256_load_ps(P->dmin[sb]);
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++) {
+            __m256 dxk = _mm256_set1_ps(dx[k * GEMM_MAXG + sb * per]);
+            if (z32)
+                ia[k] = _mm256_sub_epi32(ia[k], _mm256_slli_epi32(ib[k], 5));
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[k]), _mm256_mul_ps(d, dxk), acc[k]);
+            if (min)
+                acc[k] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ib[k]), _mm256_mul_ps(dm, dxk),
+                                          acc[k]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++) {
+        if (nr >= 8)
+            _mm256_storeu_ps(y + (size_t)k * ys, acc[k]);
+        else
+            maskstore(y + (size_t)k * ys, nr, acc[k]);
+    }
+}
+
+#define TILE_K(G, MIN, SGN, Z32)                                                               \
+    do {                                                                                       \
+        switch (S) {                                                                           \
+        case 4: tile_k(P, xs, 4, off, ng, G, MIN, SGN, Z32, dx, sx, y, ys, nr, first); break;  \
+        case 3: tile_k(P, xs, 3, off, ng, G, MIN, SGN, Z32, dx, sx, y, ys, nr, first); break;  \
+        case 2: tile_k(P, xs, 2, off, ng, G, MIN, SGN, Z32, dx, sx, y, ys, nr, first); break;  \
+        default: tile_k(P, xs, 1, off, ng, G, MIN, SGN, Z32, dx, sx, y, ys, nr, first); break; \
+        }                                                                                      \
+    } while (0)
+
 #define TILE_S(G, MIN, SGN)                                                                    \
     do {                                                                                       \
         switch (S) {                                                                           \
@@ -126,9 +266,17 @@ static AI void tile(const struct panel *P, const char *const *xs, const int S, c
 
 static void tile_any(const struct panel *P, const char *const *xs, int S, const size_t *off,
                      int ng, const struct gemm_type *ty, const float *dx, const int32_t *ic,
-                     const float *xsum, float *y, size_t ys, int nr, int first)
+                     const float *xsum, const int32_t *sx, float *y, size_t ys, int nr,
+                     int first)
 {
-    if (ty->sgn)
+    if (ty->act_q8_k) {
+        if (ty->sgn)
+            TILE_K(32, 0, 1, 0);
+        else if (ty->min)
+            TILE_K(32, 1, 0, 0);
+        else
+            TILE_K(16, 0, 0, 1);
+    } else if (ty->sgn)
         TILE_S(32, 0, 1);
     else if (ty->min)
         TILE_S(32, 1, 0);
@@ -142,14 +290,14 @@ int kern_gemm_avx2(const struct kern_mat *W, const struct kern_act *X, int n_seq
                    int y_stride, int row_begin, int row_end)
 {
     struct gemm_type ty = gemm_type_of(W->type);
-    if (!ty.g || ((ty.min || ty.sgn) && ty.g != 32))
+    if (!ty.g || ((ty.min || ty.sgn) && ty.g != 32) || (ty.act_q8_k && ty.off && ty.off != 32))
         return -1;
     const int G = ty.g, zero = ty.sgn ? 0 : ty.off, gk = GEMM_KC / G;
     const int ngt = W->cols / G;
     static _Thread_local struct panel pan __attribute__((aligned(32)));
     static _Thread_local uint8_t tmp[8][GEMM_KC] __attribute__((aligned(32)));
     static _Thread_local float dx[GEMM_SC * GEMM_MAXG], xsum[GEMM_SC * GEMM_MAXG];
-    static _Thread_local int32_t ic[GEMM_SC * GEMM_MAXG];
+    static _Thread_local int32_t ic[GEMM_SC * GEMM_MAXG], sx[GEMM_SC * GEMM_MAXG];
     size_t off[GEMM_MAXG];
 
     for (int s0 = 0; s0 < n_seq; s0 += GEMM_SC) {
@@ -163,9 +311,10 @@ int kern_gemm_avx2(const struct kern_mat *W, const struct kern_act *X, int n_seq
                 float *d = dx + s * GEMM_MAXG;
                 gemm_act_prep(&ty, x, g0, ng, d, ic + s * GEMM_MAXG);
                 for (int g = 0; g < ng; g++) {
-                    int32_t sx = ic[s * GEMM_MAXG + g];
-                    xsum[s * GEMM_MAXG + g] = d[g] * (float)sx;
-                    ic[s * GEMM_MAXG + g] = -zero * sx;
+                    int32_t v = ic[s * GEMM_MAXG + g];
+                    sx[s * GEMM_MAXG + g] = v;
+                    xsum[s * GEMM_MAXG + g] = d[g] * (float)v;
+                    ic[s * GEMM_MAXG + g] = -zero * v;
                 }
             }
             for (int r = row_begin; r < row_end; r += 8) {
@@ -177,7 +326,8 @@ int kern_gemm_avx2(const struct kern_mat *W, const struct kern_act *X, int n_seq
                     for (int k = 0; k < S; k++)
                         xs[k] = (const char *)X->data + (size_t)(s0 + s + k) * X->stride;
                     tile_any(&pan, xs, S, off, ng, &ty, dx + s * GEMM_MAXG, ic + s * GEMM_MAXG,
-                             xsum + s * GEMM_MAXG, Y + (size_t)(s0 + s) * y_stride + r,
+                             xsum + s * GEMM_MAXG, sx + s * GEMM_MAXG,
+                             Y + (size_t)(s0 + s) * y_stride + r,
                              (size_t)y_stride, nr, first);
                 }
             }

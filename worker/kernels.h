@@ -146,8 +146,8 @@ const struct kern_ops *kern_ops_avx512_table(void);
  * act_bytes each (a multiple of 4, >= 4). */
 int kern_seq_chunk(size_t act_bytes);
 /* Internal: one weight row (n elements) against ns activation vectors xs bytes apart, results
- * ys floats apart. kern_avx2_ext_row: the AVX2 row of Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K,
- * Q5_K or IQ4_XS weights (kernels_avx2_ext.c), NULL for another type. */
+ * ys floats apart. kern_avx2_ext_row: the AVX2 row of Q4_1, Q5_1, Q2_K or Q3_K weights
+ * (kernels_avx2_ext.c), NULL for another type. */
 typedef void (*kern_row_fn)(const void *w, const char *x, size_t xs, int n, int ns, float *y,
                             size_t ys);
 kern_row_fn kern_avx2_ext_row(enum ggml_type t);

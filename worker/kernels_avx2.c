@@ -1,10 +1,12 @@
-/* The AVX2+FMA+F16C kernel set. Integer dot products use maddubs (unsigned x signed bytes)
- * + madd; float types use FMA. Built with -mavx2 -mfma -mf16c: reached only through
- * kern_ops_get after a CPU check. kernels_avxvnni.c builds this file again with -mavxvnni
- * as the avxvnni set: the integer dots (kernels_simd.h's dot_u8s8*) become vpdpbusd and
- * vpdpwssd with the same sums, so the two sets give the same bits. Every (row, sequence) dot runs the same instruction
- * sequence whether it is computed alone or in a tile of 4 sequences, so batching never
- * changes a result bit. */
+/* The AVX2+FMA+F16C kernel set. The quantized types gemm_avx2.c tiles (Q8_0, Q4_0, Q5_0,
+ * IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS) go through it for prompt and decode rows alike, so a row
+ * is the same bits whichever computed it; kernels_avx2_ext.c has the other quantized types
+ * (integer dots by maddubs + madd); float types use FMA here. Built with -mavx2 -mfma
+ * -mf16c: reached only through kern_ops_get after a CPU check. kernels_avxvnni.c builds this
+ * file again with -mavxvnni as the avxvnni set: the integer dots (kernels_simd.h's dot_u8s8*)
+ * become vpdpbusd and vpdpwssd with the same sums, so the two sets give the same bits. Every
+ * (row, sequence) dot runs the same instruction sequence whether it is computed alone or in a
+ * tile of 4 sequences, so batching never changes a result bit. */
 #include "kernels.h"
 
 #include <immintrin.h>
@@ -13,120 +15,200 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "gemm_decode.h"
 #include "kernels_simd.h"
 #include "quant.h"
 
-/* The 32 weights of a Q4_0 block as signed bytes, in element order (low nibbles are
- * elements 0..15, high nibbles 16..31). */
-static AI __m256i q4_0_signed(const struct quant_block_q4_0 *b)
+/* ---- the types gemm_avx2.c tiles (see there), as decode rows ----
+ * Per (row, sequence) the result is the chain gemm_avx2.c computes, unit by unit (a 32-element
+ * block, or a 256-element superblock of the K types): the unit's exact integer sum isum (its
+ * sub-block scales folded in, and for Q4_K/Q5_K the min sum msum apart), then
+ * acc = fma(isum, dw * dx, acc) and for Q4_K/Q5_K acc = fnma(msum, dmin * dx, acc). Here the
+ * integer sums come row-wise (8 lanes per sequence) and are summed across lanes, exactly;
+ * four sequences share one float step, lane k being sequence k. */
+
+/* Lane k of the result: the sum of v_k's eight int32 lanes. */
+static AI __m128i hsum4(__m256i v0, __m256i v1, __m256i v2, __m256i v3)
 {
-    __m128i raw = _mm_loadu_si128((const __m128i *)b->qs);
-    __m256i q = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
-    return _mm256_sub_epi8(_mm256_and_si256(q, _mm256_set1_epi8(15)), _mm256_set1_epi8(8));
+    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-/* 8 partial sums of w . x as floats: the sign of w moves onto x so maddubs sees |w|. */
-static AI __m256 i8_dot(__m256i aw, __m256i qw, const int8_t *x)
+/* S (<= 4) vectors' lane sums, lane k for vector k (the others repeat vector 0). */
+static AI __m128i hsum_s(const __m256i *v, const int S)
 {
-    __m256i qx = _mm256_loadu_si256((const __m256i *)x);
-    return _mm256_cvtepi32_ps(dot_u8s8(aw, _mm256_sign_epi8(qx, qw)));
+    return hsum4(v[0], S > 1 ? v[1] : v[0], S > 2 ? v[2] : v[0], S > 3 ? v[3] : v[0]);
 }
 
-/* ---- one weight row against S activation vectors (x, x + xs, ...); y[k * ys] ---- */
-
-static AI void tile_q8_0(const struct quant_block_q8_0 *w, const char *x, size_t xs, int nb,
-                         const int S, float *y, size_t ys)
+static AI void store_s(__m128 acc, const int S, float *y, size_t ys)
 {
-    __m256 acc0[4], acc1[4];
-    int i = 0;
+    float a[4];
+    _mm_storeu_ps(a, acc);
     _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
-        acc0[k] = acc1[k] = _mm256_setzero_ps();
-    /* two blocks a step, one FMA chain each, so a block need not wait for the last */
-    for (; i + 2 <= nb; i += 2) {
-        __m256i qw0 = _mm256_loadu_si256((const __m256i *)w[i + 0].qs);
-        __m256i qw1 = _mm256_loadu_si256((const __m256i *)w[i + 1].qs);
-        __m256i aw0 = _mm256_abs_epi8(qw0), aw1 = _mm256_abs_epi8(qw1);
-        float dw0 = f16(w[i].d), dw1 = f16(w[i + 1].d);
-        _Pragma("GCC unroll 4")
-        for (int k = 0; k < S; k++) {
-            const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)(x + k * xs) + i;
-            acc0[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * f16(b[0].d)),
-                                      i8_dot(aw0, qw0, b[0].qs), acc0[k]);
-            acc1[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw1 * f16(b[1].d)),
-                                      i8_dot(aw1, qw1, b[1].qs), acc1[k]);
-        }
-    }
-    if (i < nb) {
-        __m256i qw0 = _mm256_loadu_si256((const __m256i *)w[i + 0].qs);
-        __m256i aw0 = _mm256_abs_epi8(qw0);
-        float dw0 = f16(w[i].d);
-        _Pragma("GCC unroll 4")
-        for (int k = 0; k < S; k++) {
-            const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)(x + k * xs) + i;
-            acc0[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * f16(b[0].d)),
-                                      i8_dot(aw0, qw0, b[0].qs), acc0[k]);
-        }
-    }
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        y[k * ys] = hsum8(_mm256_add_ps(acc0[k], acc1[k]));
+        y[k * ys] = a[k];
 }
 
-static AI void tile_q4_0(const struct quant_block_q4_0 *w, const char *x, size_t xs, int nb,
-                         const int S, float *y, size_t ys)
+enum b32_kind { B32_Q8_0, B32_Q4_0, B32_Q5_0, B32_IQ4_NL };
+
+/* Block i of a 32-element type as 32 signed bytes (the codes less their zero point). */
+static AI __m256i b32_signed(const char *w, const enum b32_kind kind, int i, float *d)
 {
-    __m256 acc0[4], acc1[4];
-    int i = 0;
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        acc0[k] = acc1[k] = _mm256_setzero_ps();
-    /* two blocks a step, one FMA chain each, so a block need not wait for the last */
-    for (; i + 2 <= nb; i += 2) {
-        __m256i qw0 = q4_0_signed(w + i + 0);
-        __m256i qw1 = q4_0_signed(w + i + 1);
-        __m256i aw0 = _mm256_abs_epi8(qw0), aw1 = _mm256_abs_epi8(qw1);
-        float dw0 = f16(w[i].d), dw1 = f16(w[i + 1].d);
-        _Pragma("GCC unroll 4")
-        for (int k = 0; k < S; k++) {
-            const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)(x + k * xs) + i;
-            acc0[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * f16(b[0].d)),
-                                      i8_dot(aw0, qw0, b[0].qs), acc0[k]);
-            acc1[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw1 * f16(b[1].d)),
-                                      i8_dot(aw1, qw1, b[1].qs), acc1[k]);
-        }
+    if (kind == B32_Q8_0) {
+        const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)w + i;
+        *d = f16(b->d);
+        return _mm256_loadu_si256((const __m256i *)b->qs);
     }
-    if (i < nb) {
-        __m256i qw0 = q4_0_signed(w + i + 0);
-        __m256i aw0 = _mm256_abs_epi8(qw0);
-        float dw0 = f16(w[i].d);
-        _Pragma("GCC unroll 4")
-        for (int k = 0; k < S; k++) {
-            const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)(x + k * xs) + i;
-            acc0[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * f16(b[0].d)),
-                                      i8_dot(aw0, qw0, b[0].qs), acc0[k]);
-        }
+    if (kind == B32_Q5_0) {
+        const struct quant_block_q5_0 *b = (const struct quant_block_q5_0 *)w + i;
+        *d = f16(b->d);
+        return _mm256_sub_epi8(_mm256_or_si256(nibbles(b->qs), gemm_bits5(b->qh)),
+                               _mm256_set1_epi8(16));
     }
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        y[k * ys] = hsum8(_mm256_add_ps(acc0[k], acc1[k]));
+    const struct quant_block_q4_0 *b = (const struct quant_block_q4_0 *)w + i; /* IQ4_NL too */
+    *d = f16(b->d);
+    if (kind == B32_IQ4_NL)
+        return _mm256_shuffle_epi8(iq4_table(), nibbles(b->qs));
+    return _mm256_sub_epi8(nibbles(b->qs), _mm256_set1_epi8(8));
 }
 
-/* Sub-block by sub-block, each (weights, scales) pair used by all S sequences before the next
- * is decoded, so the tile fits AVX2's 16 registers (decoding all eight sub-blocks first,
- * then running the sequences, spilled them). Integer sums: the same bits in either order. */
-static AI void tile_q4_k(const struct quant_block_q4_k *w, const char *x, size_t xs, int nb,
-                         const int S, float *y, size_t ys)
+/* Blocks [i0, i1) of one row against S (<= 4) Q8_0 activations; dx holds block i's
+ * activation scales as floats at dx[4 * i + k]. The chain continues y's values unless first. */
+static AI void tile_b32(const char *w, const enum b32_kind kind, const char *x, size_t xs,
+                        const float *dx, int i0, int i1, const int S, int first, float *y,
+                        size_t ys)
 {
-    const __m256i low4 = _mm256_set1_epi8(15);
-    __m256 acc[4];
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        acc[k] = _mm256_setzero_ps();
+    __m128 acc = _mm_setzero_ps();
+    if (!first) {
+        float a[4] = {0};
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++)
+            a[k] = y[k * ys];
+        acc = _mm_loadu_ps(a);
+    }
+    for (int i = i0; i < i1; i++) {
+        float dw;
+        __m256i q = b32_signed(w, kind, i, &dw), aq = _mm256_abs_epi8(q), v[4];
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++) {
+            const struct quant_block_q8_0 *a = (const struct quant_block_q8_0 *)(x + k * xs) + i;
+            __m256i qx = _mm256_loadu_si256((const __m256i *)a->qs);
+            v[k] = dot_u8s8(aq, _mm256_sign_epi8(qx, q));
+        }
+        __m128 dxv = S == 1 ? _mm_set1_ps(dx[4 * (i - i0)]) : _mm_loadu_ps(dx + 4 * (i - i0));
+        __m128 dd = _mm_mul_ps(_mm_set1_ps(dw), dxv);
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum_s(v, S)), dd, acc);
+    }
+    store_s(acc, S, y, ys);
+}
+
+/* Four rows (rb bytes apart) against one activation: as tile_b32, lane r for row r, whose
+ * results land in y[0..3]. One sequence's float chain is the same as in tile_b32. */
+static AI void tile_b32_r4(const char *w, size_t rb, const enum b32_kind kind, const char *x,
+                           const float *dx, int i0, int i1, int first, float *y)
+{
+    __m128 acc = first ? _mm_setzero_ps() : _mm_loadu_ps(y);
+    for (int i = i0; i < i1; i++) {
+        const struct quant_block_q8_0 *a = (const struct quant_block_q8_0 *)x + i;
+        __m256i qx = _mm256_loadu_si256((const __m256i *)a->qs), v[4];
+        float dw[4];
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < 4; r++) {
+            __m256i q = b32_signed(w + r * rb, kind, i, &dw[r]);
+            v[r] = dot_u8s8(_mm256_abs_epi8(q), _mm256_sign_epi8(qx, q));
+        }
+        __m128 dd = _mm_mul_ps(_mm_set_ps(dw[3], dw[2], dw[1], dw[0]),
+                               _mm_set1_ps(dx[4 * (i - i0)]));
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum4(v[0], v[1], v[2], v[3])), dd, acc);
+    }
+    _mm_storeu_ps(y, acc);
+}
+
+/* Rows [rb, re) of a 32-element type: sequences in chunks and blocks in passes of at most
+ * B32_KB, each pass's activation scales converted to floats once for every row. */
+#define B32_KB 512
+#define B32_DXF 8192
+
+static void matmul_b32(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
+                       int y_stride, int rb, int re, const enum b32_kind kind)
+{
+    static _Thread_local float dxf[B32_DXF] __attribute__((aligned(32)));
+    const int nb = X->n / QUANT_QK, kb = nb < B32_KB ? nb : B32_KB;
+    int chunk = kern_seq_chunk(X->stride);
+    if (chunk > (B32_DXF / kb) / 4 * 4)
+        chunk = (B32_DXF / kb) / 4 * 4;
+    for (int s0 = 0; s0 < n_seq; s0 += chunk) {
+        int ns = n_seq - s0 < chunk ? n_seq - s0 : chunk;
+        const char *x0 = (const char *)X->data + (size_t)s0 * X->stride;
+        for (int i0 = 0; i0 < nb; i0 += kb) {
+            int i1 = nb - i0 < kb ? nb : i0 + kb;
+            for (int s = 0; s < ns; s += 4)
+                for (int i = i0; i < i1; i++)
+                    for (int k = 0; k < 4; k++)
+                        dxf[(s / 4) * 4 * kb + 4 * (i - i0) + k] =
+                            s + k < ns ? f16(((const struct quant_block_q8_0 *)(
+                                              x0 + (size_t)(s + k) * X->stride))[i].d)
+                                       : 0.0f;
+            /* four sequences a tile; the rest four rows a tile, then one by one */
+            int s4 = ns / 4 * 4;
+            for (int r = rb; r < re; r++) {
+                const char *w = (const char *)W->data + (size_t)r * W->row_bytes;
+                float *y = Y + (size_t)s0 * y_stride + r;
+                for (int s = 0; s < s4; s += 4)
+                    tile_b32(w, kind, x0 + (size_t)s * X->stride, X->stride, dxf + s * kb, i0,
+                             i1, 4, i0 == 0, y + (size_t)s * y_stride, (size_t)y_stride);
+            }
+            for (int s = s4; s < ns; s++) {
+                const char *x = x0 + (size_t)s * X->stride;
+                const float *dx = dxf + (s / 4) * 4 * kb + s % 4;
+                float *y = Y + (size_t)(s0 + s) * y_stride;
+                int r = rb;
+                for (; r + 4 <= re; r += 4)
+                    tile_b32_r4((const char *)W->data + (size_t)r * W->row_bytes, W->row_bytes,
+                                kind, x, dx, i0, i1, i0 == 0, y + r);
+                for (; r < re; r++)
+                    tile_b32((const char *)W->data + (size_t)r * W->row_bytes, kind, x,
+                             X->stride, dx, i0, i1, 1, i0 == 0, y + r, (size_t)y_stride);
+            }
+        }
+    }
+}
+
+/* The Q8_K scales of superblock i of S activations, lane k for sequence k. */
+static AI __m128 act_dk4(const char *x, size_t xs, int i, const int S)
+{
+#define DK(k) (S > (k) ? ((const struct quant_block_q8_k *)(x + (k) * xs))[i].d : 0.0f)
+    return _mm_set_ps(DK(3), DK(2), DK(1), DK(0));
+#undef DK
+}
+
+/* The float step of superblock i: acc += isum * (dw * dx) [- msum * (dmin * dx)]. */
+static AI __m128 k_step(__m128 acc, const __m256i *isum, const __m256i *msum, const int S,
+                        float dw, float dmin, const char *x, size_t xs, int i)
+{
+    __m128 dx = act_dk4(x, xs, i, S);
+    acc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum_s(isum, S)), _mm_mul_ps(_mm_set1_ps(dw), dx), acc);
+    if (msum)
+        acc = _mm_fnmadd_ps(_mm_cvtepi32_ps(hsum_s(msum, S)), _mm_mul_ps(_mm_set1_ps(dmin), dx),
+                            acc);
+    return acc;
+}
+
+/* Q4_K and Q5_K: sub-block by sub-block, each (weights, scales) pair used by all S sequences
+ * before the next is decoded, so the tile fits AVX2's 16 registers. */
+static AI void tile_q45_k(const char *w, const int five, const char *x, size_t xs, int nb,
+                          const int S, float *y, size_t ys)
+{
+    const __m256i low4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    __m128 acc = _mm_setzero_ps();
     for (int i = 0; i < nb; i++) {
+        const struct quant_block_q4_k *b4 = (const struct quant_block_q4_k *)w + i;
+        const struct quant_block_q5_k *b5 = (const struct quant_block_q5_k *)w + i;
+        const uint8_t *qs = five ? b5->qs : b4->qs;
         __m128i sc16, m16;
-        q4_k_scales(w[i].scales, &sc16, &m16);
-        __m256i sc2 = _mm256_broadcastsi128_si256(sc16), isum[4];
+        q4_k_scales(five ? b5->scales : b4->scales, &sc16, &m16);
+        __m256i sc2 = _mm256_broadcastsi128_si256(sc16), isum[4], msum[4];
+        __m256i hq = five ? _mm256_loadu_si256((const __m256i *)b5->qh) : _mm256_setzero_si256();
         const struct quant_block_q8_k *a[4];
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
@@ -135,9 +217,15 @@ static AI void tile_q4_k(const struct quant_block_q4_k *w, const char *x, size_t
         }
         _Pragma("GCC unroll 4")
         for (int c = 0; c < 4; c++) {
-            __m256i raw = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * c));
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
             __m256i q0 = _mm256_and_si256(raw, low4);
             __m256i q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+            if (five) {
+                __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hq, 2 * c), one);
+                __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hq, 2 * c + 1), one);
+                q0 = _mm256_or_si256(q0, _mm256_slli_epi16(h0, 4));
+                q1 = _mm256_or_si256(q1, _mm256_slli_epi16(h1, 4));
+            }
             __m256i s0 = bcast16(sc2, 2 * c, 2 * c), s1 = bcast16(sc2, 2 * c + 1, 2 * c + 1);
             _Pragma("GCC unroll 4")
             for (int k = 0; k < S; k++) {
@@ -148,31 +236,22 @@ static AI void tile_q4_k(const struct quant_block_q4_k *w, const char *x, size_t
         }
         /* bsums k covers 16 elements; sub-block j is bsums 2j and 2j+1 */
         __m256i mv = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
-        float d = f16(w[i].d), dmin = f16(w[i].dmin);
         _Pragma("GCC unroll 4")
-        for (int k = 0; k < S; k++) {
-            __m256i bs = _mm256_loadu_si256((const __m256i *)a[k]->bsums);
-            __m256 ms = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mv));
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * a[k]->d), _mm256_cvtepi32_ps(isum[k]),
-                                     acc[k]);
-            acc[k] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * a[k]->d), ms, acc[k]);
-        }
+        for (int k = 0; k < S; k++)
+            msum[k] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[k]->bsums), mv);
+        acc = k_step(acc, isum, msum, S, f16(five ? b5->d : b4->d),
+                     f16(five ? b5->dmin : b4->dmin), x, xs, i);
     }
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        y[k * ys] = hsum8(acc[k]);
+    store_s(acc, S, y, ys);
 }
 
-/* As tile_q4_k: each 32-weight vector (two 16-element sub-blocks) and its scales are
- * decoded once and used by all S sequences before the next, within AVX2's 16 registers. */
+/* Q6_K: each 32-weight vector (two 16-element sub-blocks) and its scales are decoded once
+ * and used by all S sequences before the next. */
 static AI void tile_q6_k(const struct quant_block_q6_k *w, const char *x, size_t xs, int nb,
                          const int S, float *y, size_t ys)
 {
     const __m256i low4 = _mm256_set1_epi8(15), hi2 = _mm256_set1_epi8(0x30);
-    __m256 acc[4];
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        acc[k] = _mm256_setzero_ps();
+    __m128 acc = _mm_setzero_ps();
     for (int i = 0; i < nb; i++) {
         /* vector v holds sub-blocks 2v (int16 lanes 0-7) and 2v+1 (lanes 8-15) */
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
@@ -209,15 +288,44 @@ static AI void tile_q6_k(const struct quant_block_q6_k *w, const char *x, size_t
                 }
             }
         }
-        float d = f16(w[i].d);
-        _Pragma("GCC unroll 4")
-        for (int k = 0; k < S; k++)
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * a[k]->d), _mm256_cvtepi32_ps(isum[k]),
-                                     acc[k]);
+        acc = k_step(acc, isum, NULL, S, f16(w[i].d), 0.0f, x, xs, i);
     }
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        y[k * ys] = hsum8(acc[k]);
+    store_s(acc, S, y, ys);
+}
+
+/* IQ4_XS: per sub-block of 32, the table lookup gives signed levels; the sign moves onto x.
+ * maddubs + madd by the scale in both sets (the four-product sums can exceed vpdpwssd's
+ * int16). */
+static AI void tile_iq4_xs(const struct quant_block_iq4_xs *w, const char *x, size_t xs,
+                           int nb, const int S, float *y, size_t ys)
+{
+    const __m256i table = iq4_table();
+    __m128 acc = _mm_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m256i isum[4];
+        const struct quant_block_q8_k *a[4];
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++) {
+            isum[k] = _mm256_setzero_si256();
+            a[k] = (const struct quant_block_q8_k *)(x + k * xs) + i;
+        }
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < 8; j++) {
+            __m256i q = _mm256_shuffle_epi8(table, nibbles(w[i].qs + 16 * j));
+            __m256i aq = _mm256_abs_epi8(q);
+            int ls = (((w[i].scales_l[j / 2] >> (4 * (j % 2))) & 15) |
+                      ((w[i].scales_h >> (2 * j)) & 3) << 4) - 32;
+            __m256i scv = _mm256_set1_epi16((short)ls);
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < S; k++) {
+                __m256i qx = _mm256_loadu_si256((const __m256i *)(a[k]->qs + 32 * j));
+                __m256i p = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(qx, q));
+                isum[k] = _mm256_add_epi32(isum[k], _mm256_madd_epi16(p, scv));
+            }
+        }
+        acc = k_step(acc, isum, NULL, S, f16(w[i].d), 0.0f, x, xs, i);
+    }
+    store_s(acc, S, y, ys);
 }
 
 /* Float weights (F32, F16, BF16) against F32 activations: 16 elements a step in two
@@ -287,18 +395,18 @@ static AI void tile_float(const void *w, enum ggml_type t, const char *x, size_t
             call(w, x + s * xs, xs, n, 1, y + s * ys, ys);                                     \
     }
 
-#define CALL_Q8_0(w, x, xs, n, S, y, ys) tile_q8_0(w, x, xs, (n) / QUANT_QK, S, y, ys)
-#define CALL_Q4_0(w, x, xs, n, S, y, ys) tile_q4_0(w, x, xs, (n) / QUANT_QK, S, y, ys)
-#define CALL_Q4_K(w, x, xs, n, S, y, ys) tile_q4_k(w, x, xs, (n) / QUANT_QK_K, S, y, ys)
-#define CALL_Q6_K(w, x, xs, n, S, y, ys) tile_q6_k(w, x, xs, (n) / QUANT_QK_K, S, y, ys)
+#define CALL_Q4_K(w, x, xs, n, S, y, ys)   tile_q45_k(w, 0, x, xs, (n) / QUANT_QK_K, S, y, ys)
+#define CALL_Q5_K(w, x, xs, n, S, y, ys)   tile_q45_k(w, 1, x, xs, (n) / QUANT_QK_K, S, y, ys)
+#define CALL_Q6_K(w, x, xs, n, S, y, ys)   tile_q6_k(w, x, xs, (n) / QUANT_QK_K, S, y, ys)
+#define CALL_IQ4_XS(w, x, xs, n, S, y, ys) tile_iq4_xs(w, x, xs, (n) / QUANT_QK_K, S, y, ys)
 #define CALL_F32(w, x, xs, n, S, y, ys)  tile_float(w, GGML_TYPE_F32, x, xs, n, S, y, ys)
 #define CALL_F16(w, x, xs, n, S, y, ys)  tile_float(w, GGML_TYPE_F16, x, xs, n, S, y, ys)
 #define CALL_BF16(w, x, xs, n, S, y, ys) tile_float(w, GGML_TYPE_BF16, x, xs, n, S, y, ys)
 
-ROW_FN(row_q8_0, CALL_Q8_0)
-ROW_FN(row_q4_0, CALL_Q4_0)
 ROW_FN(row_q4_k, CALL_Q4_K)
+ROW_FN(row_q5_k, CALL_Q5_K)
 ROW_FN(row_q6_k, CALL_Q6_K)
+ROW_FN(row_iq4_xs, CALL_IQ4_XS)
 ROW_FN(row_f32, CALL_F32)
 ROW_FN(row_f16, CALL_F16)
 ROW_FN(row_bf16, CALL_BF16)
@@ -311,17 +419,21 @@ void KSET(matmul)(const struct kern_mat *W, const struct kern_act *X, int n_seq,
     row_fn f;
     switch (W->type) {
     case GGML_TYPE_Q8_0:
-        f = row_q8_0;
-        break;
+        matmul_b32(W, X, n_seq, Y, y_stride, row_begin, row_end, B32_Q8_0);
+        return;
     case GGML_TYPE_Q4_0:
-        f = row_q4_0;
-        break;
-    case GGML_TYPE_Q4_K:
-        f = row_q4_k;
-        break;
-    case GGML_TYPE_Q6_K:
-        f = row_q6_k;
-        break;
+        matmul_b32(W, X, n_seq, Y, y_stride, row_begin, row_end, B32_Q4_0);
+        return;
+    case GGML_TYPE_Q5_0:
+        matmul_b32(W, X, n_seq, Y, y_stride, row_begin, row_end, B32_Q5_0);
+        return;
+    case GGML_TYPE_IQ4_NL:
+        matmul_b32(W, X, n_seq, Y, y_stride, row_begin, row_end, B32_IQ4_NL);
+        return;
+    case GGML_TYPE_Q4_K: f = row_q4_k; break;
+    case GGML_TYPE_Q5_K: f = row_q5_k; break;
+    case GGML_TYPE_Q6_K: f = row_q6_k; break;
+    case GGML_TYPE_IQ4_XS: f = row_iq4_xs; break;
     case GGML_TYPE_F32:
         f = row_f32;
         break;

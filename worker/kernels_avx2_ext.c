@@ -1,12 +1,11 @@
-/* AVX2 matmul rows for the types beyond Q8_0/Q4_0/Q4_K/Q6_K: Q4_1, Q5_0, Q5_1 and IQ4_NL
- * against Q8_0 activations, Q2_K, Q3_K, Q5_K and IQ4_XS against Q8_K. Weights are decoded
- * to bytes once per block and reused for the sequences of a tile; the integer dots are
- * maddubs (unsigned x signed bytes) + madd, exact, so only the float accumulation order
- * differs from the scalar reference. As in kernels_avx2.c a sequence's instruction stream
- * does not depend on how many sequences share the tile: batching is bit-exact. Built with
- * -mavx2 -mfma -mf16c, reached only through the avx2/avx512 tables after a CPU check; built
- * again with -mavxvnni by kernels_avxvnni_ext.c for the avxvnni set (vpdpbusd/vpdpwssd for
- * every type but IQ4_XS, whose four-product sums can exceed what vpdpwssd's int16 takes). */
+/* AVX2 matmul rows for the quantized types gemm_avx2.c does not tile: Q4_1 and Q5_1 against
+ * Q8_0 activations, Q2_K and Q3_K against Q8_K. Weights are decoded to bytes once per block
+ * and reused for the sequences of a tile; the integer dots are maddubs (unsigned x signed
+ * bytes) + madd, exact, so only the float accumulation order differs from the scalar
+ * reference. As in kernels_avx2.c a sequence's instruction stream does not depend on how many
+ * sequences share the tile: batching is bit-exact. Built with -mavx2 -mfma -mf16c, reached
+ * only through the avx2 table after a CPU check; built again with -mavxvnni by
+ * kernels_avxvnni_ext.c for the avxvnni set (vpdpbusd/vpdpwssd). */
 #include "kernels.h"
 
 #include <immintrin.h>
@@ -29,10 +28,9 @@ static AI __m256i high_bits(const uint8_t qh[4])
     return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
-enum b32_kind { B32_Q4_1, B32_Q5_0, B32_Q5_1, B32_IQ4_NL };
+enum b32_kind { B32_Q4_1, B32_Q5_1 };
 
-/* Block i of a 32-element type: its 32 codes as bytes (signed for Q5_0/IQ4_NL, unsigned
- * for Q4_1/Q5_1), its scale and min. */
+/* Block i of a 32-element type: its 32 codes as unsigned bytes, its scale and min. */
 static AI __m256i b32_decode(const char *w, const enum b32_kind kind, int i, float *d, float *m)
 {
     if (kind == B32_Q4_1) {
@@ -41,43 +39,25 @@ static AI __m256i b32_decode(const char *w, const enum b32_kind kind, int i, flo
         *m = f16(b->m);
         return nibbles(b->qs);
     }
-    if (kind == B32_Q5_1) {
-        const struct quant_block_q5_1 *b = (const struct quant_block_q5_1 *)w + i;
-        *d = f16(b->d);
-        *m = f16(b->m);
-        return _mm256_or_si256(nibbles(b->qs), high_bits(b->qh));
-    }
-    *m = 0.0f;
-    if (kind == B32_Q5_0) {
-        const struct quant_block_q5_0 *b = (const struct quant_block_q5_0 *)w + i;
-        *d = f16(b->d);
-        return _mm256_sub_epi8(_mm256_or_si256(nibbles(b->qs), high_bits(b->qh)),
-                               _mm256_set1_epi8(16));
-    }
-    const struct quant_block_iq4_nl *b = (const struct quant_block_iq4_nl *)w + i;
+    const struct quant_block_q5_1 *b = (const struct quant_block_q5_1 *)w + i;
     *d = f16(b->d);
-    return _mm256_shuffle_epi8(iq4_table(), nibbles(b->qs));
+    *m = f16(b->m);
+    return _mm256_or_si256(nibbles(b->qs), high_bits(b->qh));
 }
 
-/* Block i's contribution for one sequence. Signed weights (Q5_0, IQ4_NL): the sign moves
- * onto x so maddubs sees |w|, into acc. Unsigned ones with a min (Q4_1, Q5_1): maddubs(q, x)
- * for d into acc and maddubs(1, x), the block sum the min multiplies, into accm (its own
- * chain, so the two FMAs do not wait on each other). */
-static AI void b32_step(const enum b32_kind kind, __m256i q, __m256i aq, float dw, float mw,
-                        const struct quant_block_q8_0 *a, __m256 *acc, __m256 *accm)
+/* Block i's contribution for one sequence: maddubs(q, x) for d into acc and maddubs(1, x),
+ * the block sum the min multiplies, into accm (its own chain, so the two FMAs do not wait on
+ * each other). */
+static AI void b32_step(__m256i q, float dw, float mw, const struct quant_block_q8_0 *a,
+                        __m256 *acc, __m256 *accm)
 {
     const __m256i ones8 = _mm256_set1_epi8(1);
     __m256i qx = _mm256_loadu_si256((const __m256i *)a->qs);
     float dx = f16(a->d);
-    if (kind == B32_Q5_0 || kind == B32_IQ4_NL) {
-        __m256i p = dot_u8s8(aq, _mm256_sign_epi8(qx, q));
-        *acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(p), *acc);
-    } else {
-        __m256i p = dot_u8s8(q, qx);
-        __m256i sx = dot_u8s8(ones8, qx);
-        *acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(p), *acc);
-        *accm = _mm256_fmadd_ps(_mm256_set1_ps(mw * dx), _mm256_cvtepi32_ps(sx), *accm);
-    }
+    __m256i p = dot_u8s8(q, qx);
+    __m256i sx = dot_u8s8(ones8, qx);
+    *acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(p), *acc);
+    *accm = _mm256_fmadd_ps(_mm256_set1_ps(mw * dx), _mm256_cvtepi32_ps(sx), *accm);
 }
 
 /* One weight row of nb 32-element blocks against S Q8_0 activations, two blocks a step:
@@ -85,7 +65,6 @@ static AI void b32_step(const enum b32_kind kind, __m256i q, __m256i aq, float d
 static AI void tile_b32(const char *w, const enum b32_kind kind, const char *x, size_t xs,
                         int nb, const int S, float *y, size_t ys)
 {
-    const int sgn = kind == B32_Q5_0 || kind == B32_IQ4_NL;
     __m256 acc0[4], acc1[4], accm[4], accm1[4];
     _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
@@ -94,21 +73,20 @@ static AI void tile_b32(const char *w, const enum b32_kind kind, const char *x, 
     for (; i + 2 <= nb; i += 2) {
         float d0, m0, d1, m1;
         __m256i q0 = b32_decode(w, kind, i, &d0, &m0), q1 = b32_decode(w, kind, i + 1, &d1, &m1);
-        __m256i a0 = sgn ? _mm256_abs_epi8(q0) : q0, a1 = sgn ? _mm256_abs_epi8(q1) : q1;
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_0 *a = (const struct quant_block_q8_0 *)(x + k * xs) + i;
-            b32_step(kind, q0, a0, d0, m0, a, &acc0[k], &accm[k]);
-            b32_step(kind, q1, a1, d1, m1, a + 1, &acc1[k], &accm1[k]);
+            b32_step(q0, d0, m0, a, &acc0[k], &accm[k]);
+            b32_step(q1, d1, m1, a + 1, &acc1[k], &accm1[k]);
         }
     }
     if (i < nb) {
         float d0, m0;
-        __m256i q0 = b32_decode(w, kind, i, &d0, &m0), a0 = sgn ? _mm256_abs_epi8(q0) : q0;
+        __m256i q0 = b32_decode(w, kind, i, &d0, &m0);
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++)
-            b32_step(kind, q0, a0, d0, m0, (const struct quant_block_q8_0 *)(x + k * xs) + i,
-                     &acc0[k], &accm[k]);
+            b32_step(q0, d0, m0, (const struct quant_block_q8_0 *)(x + k * xs) + i, &acc0[k],
+                     &accm[k]);
     }
     _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
@@ -226,91 +204,6 @@ static AI void tile_q3_k(const struct quant_block_q3_k *w, const char *x, size_t
         y[k * ys] = hsum8(acc[k]);
 }
 
-static AI void tile_q5_k(const struct quant_block_q5_k *w, const char *x, size_t xs, int nb,
-                         const int S, float *y, size_t ys)
-{
-    const __m256i low4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
-    __m256 acc[4];
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        acc[k] = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        __m128i sc16, m16;
-        q4_k_scales(w[i].scales, &sc16, &m16);
-        __m256i sc2 = _mm256_broadcastsi128_si256(sc16);
-        __m256i q[8], scv[8];
-        __m256i hq = _mm256_loadu_si256((const __m256i *)w[i].qh);
-        for (int c = 0; c < 4; c++) {
-            __m256i raw = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * c));
-            __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hq, 2 * c), one);
-            __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hq, 2 * c + 1), one);
-            q[2 * c] = _mm256_or_si256(_mm256_and_si256(raw, low4), _mm256_slli_epi16(h0, 4));
-            q[2 * c + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low4),
-                                           _mm256_slli_epi16(h1, 4));
-        }
-        _Pragma("GCC unroll 8")
-        for (int j = 0; j < 8; j++)
-            scv[j] = bcast16(sc2, j, j);
-        __m256i mv = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
-        float d = f16(w[i].d), dmin = f16(w[i].dmin);
-        _Pragma("GCC unroll 4")
-        for (int k = 0; k < S; k++) {
-            const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
-            __m256i isum = _mm256_setzero_si256();
-            _Pragma("GCC unroll 8")
-            for (int j = 0; j < 8; j++) {
-                __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * j));
-                isum = dot_u8s8_scaled(isum, q[j], qx, scv[j]);
-            }
-            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
-            __m256 ms = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mv));
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(isum), acc[k]);
-            acc[k] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * a->d), ms, acc[k]);
-        }
-    }
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        y[k * ys] = hsum8(acc[k]);
-}
-
-/* IQ4_XS: per sub-block of 32, the table lookup gives signed levels; the sign moves onto x. */
-static AI void tile_iq4_xs(const struct quant_block_iq4_xs *w, const char *x, size_t xs,
-                           int nb, const int S, float *y, size_t ys)
-{
-    const __m256i table = iq4_table();
-    __m256 acc[4];
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        acc[k] = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        __m256i q[8], aq[8], scv[8];
-        _Pragma("GCC unroll 8")
-        for (int j = 0; j < 8; j++) {
-            q[j] = _mm256_shuffle_epi8(table, nibbles(w[i].qs + 16 * j));
-            aq[j] = _mm256_abs_epi8(q[j]);
-            int ls = (((w[i].scales_l[j / 2] >> (4 * (j % 2))) & 15) |
-                      ((w[i].scales_h >> (2 * j)) & 3) << 4) - 32;
-            scv[j] = _mm256_set1_epi16((short)ls);
-        }
-        float d = f16(w[i].d);
-        _Pragma("GCC unroll 4")
-        for (int k = 0; k < S; k++) {
-            const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
-            __m256i isum = _mm256_setzero_si256();
-            _Pragma("GCC unroll 8")
-            for (int j = 0; j < 8; j++) {
-                __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * j));
-                __m256i p = _mm256_maddubs_epi16(aq[j], _mm256_sign_epi8(qx, q[j]));
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scv[j]));
-            }
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(isum), acc[k]);
-        }
-    }
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        y[k * ys] = hsum8(acc[k]);
-}
-
 /* One row against sequences [0, ns): tiles of 4, then 1 at a time. */
 #define ROW_FN(name, call)                                                                     \
     static void name(const void *w, const char *x, size_t xs, int n, int ns, float *y,         \
@@ -324,34 +217,22 @@ static AI void tile_iq4_xs(const struct quant_block_iq4_xs *w, const char *x, si
     }
 
 #define CALL_Q4_1(w, x, xs, n, S, y, ys)   tile_b32(w, B32_Q4_1, x, xs, (n) / QUANT_QK, S, y, ys)
-#define CALL_Q5_0(w, x, xs, n, S, y, ys)   tile_b32(w, B32_Q5_0, x, xs, (n) / QUANT_QK, S, y, ys)
 #define CALL_Q5_1(w, x, xs, n, S, y, ys)   tile_b32(w, B32_Q5_1, x, xs, (n) / QUANT_QK, S, y, ys)
-#define CALL_IQ4_NL(w, x, xs, n, S, y, ys) tile_b32(w, B32_IQ4_NL, x, xs, (n) / QUANT_QK, S, y, ys)
 #define CALL_Q2_K(w, x, xs, n, S, y, ys)   tile_q2_k(w, x, xs, (n) / QUANT_QK_K, S, y, ys)
 #define CALL_Q3_K(w, x, xs, n, S, y, ys)   tile_q3_k(w, x, xs, (n) / QUANT_QK_K, S, y, ys)
-#define CALL_Q5_K(w, x, xs, n, S, y, ys)   tile_q5_k(w, x, xs, (n) / QUANT_QK_K, S, y, ys)
-#define CALL_IQ4_XS(w, x, xs, n, S, y, ys) tile_iq4_xs(w, x, xs, (n) / QUANT_QK_K, S, y, ys)
 
 ROW_FN(row_q4_1, CALL_Q4_1)
-ROW_FN(row_q5_0, CALL_Q5_0)
 ROW_FN(row_q5_1, CALL_Q5_1)
-ROW_FN(row_iq4_nl, CALL_IQ4_NL)
 ROW_FN(row_q2_k, CALL_Q2_K)
 ROW_FN(row_q3_k, CALL_Q3_K)
-ROW_FN(row_q5_k, CALL_Q5_K)
-ROW_FN(row_iq4_xs, CALL_IQ4_XS)
 
 kern_row_fn KSET(ext_row)(enum ggml_type t)
 {
     switch (t) {
     case GGML_TYPE_Q4_1: return row_q4_1;
-    case GGML_TYPE_Q5_0: return row_q5_0;
     case GGML_TYPE_Q5_1: return row_q5_1;
-    case GGML_TYPE_IQ4_NL: return row_iq4_nl;
     case GGML_TYPE_Q2_K: return row_q2_k;
     case GGML_TYPE_Q3_K: return row_q3_k;
-    case GGML_TYPE_Q5_K: return row_q5_k;
-    case GGML_TYPE_IQ4_XS: return row_iq4_xs;
     default: return NULL;
     }
 }
