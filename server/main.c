@@ -19,6 +19,7 @@
 #include "log.h"
 #include "queue.h"
 #include "reload.h"
+#include "reload_wait.h"
 #include "request.h"
 #include "roll.h"
 #include "sdnotify.h"
@@ -203,6 +204,8 @@ int main(int argc, char **argv)
 
     if (argc >= 2 && strcmp(argv[1], "pull") == 0)
         return hf_pull_main(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "reload") == 0)
+        return reload_wait_main(argc - 1, argv + 1);
     config_init(&cfg);
     if (config_parse(&cfg, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, "kiln: %s\n", err);

@@ -73,11 +73,13 @@ void reload_run(struct front *f, struct service *svc, int argc, char **argv)
     struct kiln_config *cur = (struct kiln_config *)f->cfg;
 
     service_reloading(svc, "reloading the configuration");
+    roll_reload_begin(f->roll);
     config_init(&n);
     /* first the part that can fail (a key file that went bad): then nothing else changes */
     if (config_parse(&n, argc, argv, err, sizeof(err)) < 0 ||
         api_reload_guard(f, &n, err, sizeof(err)) < 0) {
         log_error("reload: %s; nothing changed", err);
+        roll_refused(f->roll, err);
         config_free(&n);
         service_status_line(f, status, sizeof(status));
         service_reloaded(svc, status);

@@ -57,6 +57,7 @@ struct roll {
     char error[384];
     int64_t at_ms;               /* unix ms of the last change of state */
     uint32_t count;              /* reloads that asked for a roll (started or refused) */
+    uint64_t signals;            /* reloads (SIGHUPs) begun */
 };
 
 static int64_t mono_ms(void)
@@ -412,6 +413,23 @@ bool roll_active(const struct roll *rl)
     return rl && rl->active;
 }
 
+void roll_reload_begin(struct roll *rl)
+{
+    rl->signals++;
+    if (!rl->active) { /* /health's reload tells this one from now on */
+        rl->error[0] = '\0';
+        rl->target_name[0] = '\0';
+        set_state(rl, "idle");
+    }
+}
+
+void roll_refused(struct roll *rl, const char *why)
+{
+    snprintf(rl->error, sizeof(rl->error), "%s", why);
+    if (!rl->active)
+        set_state(rl, "failed");
+}
+
 void roll_failed(struct roll *rl, const char *why)
 {
     rl->count++;
@@ -446,10 +464,11 @@ static json_t *iso_time(int64_t unix_ms)
 
 json_t *roll_health(struct roll *rl)
 {
-    return json_pack("{s:s, s:s, s:o, s:o, s:I}", "state", rl->state, "model",
+    return json_pack("{s:s, s:s, s:o, s:o, s:I, s:I}", "state", rl->state, "model",
                      rl->target_name[0] ? rl->target_name : rl->f->model->name, "error",
                      rl->error[0] ? json_string(rl->error) : json_null(), "at",
-                     iso_time(rl->at_ms), "count", (json_int_t)rl->count);
+                     iso_time(rl->at_ms), "count", (json_int_t)rl->count, "signals",
+                     (json_int_t)rl->signals);
 }
 
 void roll_status(struct roll *rl, char *buf, size_t len)

@@ -34,6 +34,13 @@ void roll_start(struct roll *rl, struct front_model *model, uint32_t threads, ui
 /* Whether a roll is under way (rl may be NULL: none). */
 bool roll_active(const struct roll *rl);
 
+/* A reload (SIGHUP) begins: /health's reload counts it in "signals" and, unless a roll is
+ * under way, describes it from now on (state "idle" until it asks for a roll). */
+void roll_reload_begin(struct roll *rl);
+
+/* The reload's config could not be read or applied (nothing changed): why, for /health. */
+void roll_refused(struct roll *rl, const char *why);
+
 /* A reload failed before any worker moved (the new model does not load): why, for /health
  * and the service status. */
 void roll_failed(struct roll *rl, const char *why);
@@ -41,9 +48,10 @@ void roll_failed(struct roll *rl, const char *why);
 /* What the workers are rolling to, or run when no roll is under way. */
 struct front_model *roll_target(struct roll *rl, uint32_t *threads, uint32_t *n);
 
-/* /health's "reload": {"state": "idle", "rolling", "done" or "failed", "model" (the target's
- * name), "error" (why it failed, else null), "at" (when it last changed, ISO 8601 UTC),
- * "count" (reloads that asked to change the workers so far)}. */
+/* /health's "reload", about the last reload: {"state": "idle" (nothing to roll), "rolling",
+ * "done" or "failed", "model" (the target's name), "error" (why it failed, else null), "at"
+ * (when it last changed, ISO 8601 UTC), "count" (reloads that asked to change the workers so
+ * far), "signals" (reloads begun so far)}. */
 json_t *roll_health(struct roll *rl);
 
 /* The service status's part ("", or "; reload: rolling to X", "; reload failed: ..."). */

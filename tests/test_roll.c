@@ -494,6 +494,62 @@ static void test_roll_systemd_hears_ready_only_when_the_roll_is_done(void **stat
     unlink(conf);
 }
 
+/* `kiln reload` (systemd's ExecReload=): its exit status and output, run to its end. */
+static int kiln_reload(struct kiln_proc *p, const char *conf, char *out, size_t cap)
+{
+    char cmd[1024];
+    const char *dir = getenv("KILN_BIN_DIR");
+    snprintf(cmd, sizeof(cmd), "%s/kiln reload --pid %ld --wait-ms 60000 --config %s --port %d 2>&1",
+             dir && *dir ? dir : "build", (long)kiln_pid(p), conf, kiln_port(p));
+    FILE *fp = popen(cmd, "r");
+    assert_non_null(fp);
+    size_t n = fread(out, 1, cap - 1, fp);
+    out[n] = '\0';
+    int st = pclose(fp);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* `kiln reload` signals kiln and returns once the reload is over: 0 when the roll is done (and
+ * /health says so at that moment), 1 with the cause when it failed or the config does not
+ * parse, so `systemctl reload kiln` reports the outcome on Debian 12's systemd 252 too. */
+static void test_roll_kiln_reload_returns_when_the_roll_is_over(void **state)
+{
+    (void)state;
+    char conf[128], out[4096];
+    snprintf(conf, sizeof(conf), "/tmp/kiln-roll-rw-%ld.conf", (long)getpid());
+    write_conf(conf, "model = mock\nworkers = 2\nthreads = 1\n");
+    const char *extra[] = {"--mock-load-ms", "300", NULL};
+    struct kiln_proc *p = start_with_conf(conf, extra);
+    assert_non_null(p);
+    int port = kiln_port(p);
+    struct workers_cond two = {port, 2};
+    assert_true(wait_until(workers_ready, &two, 20000));
+
+    /* nothing to roll: applied at once */
+    assert_int_equal(kiln_reload(p, conf, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "applied"));
+    /* a roll: it returns once it is done */
+    write_conf(conf, "model = mock\nworkers = 2\nthreads = 2\n");
+    int rc = kiln_reload(p, conf, out, sizeof(out));
+    if (rc != 0)
+        fail_msg("kiln reload: %d: %s", rc, out);
+    assert_non_null(strstr(out, "done"));
+    struct reload_cond done = {port, "done", 1};
+    assert_true(reload_is(&done));
+    /* a model that does not load: 1, naming it */
+    write_conf(conf, "model = /nonexistent-%ld.gguf\nworkers = 2\nthreads = 2\n", (long)getpid());
+    assert_int_equal(kiln_reload(p, conf, out, sizeof(out)), 1);
+    assert_non_null(strstr(out, "failed"));
+    assert_non_null(strstr(out, "/nonexistent-"));
+    /* a config that does not parse: 1, and kiln is not signalled */
+    write_conf(conf, "model = mock\nworkers = lots\n");
+    assert_int_equal(kiln_reload(p, conf, out, sizeof(out)), 1);
+    assert_non_null(strstr(out, "workers"));
+    expect_mock_serves(port);
+    assert_int_equal(front_stop(p), 0);
+    unlink(conf);
+}
+
 /* ---- --workers and --threads ---- */
 
 static void test_roll_worker_count_and_threads_change_live(void **state)
@@ -778,6 +834,7 @@ int main(void)
         cmocka_unit_test(test_roll_reload_to_another_model_under_load_fails_nothing),
         cmocka_unit_test(test_roll_broken_model_keeps_the_old_workers_serving),
         cmocka_unit_test(test_roll_systemd_hears_ready_only_when_the_roll_is_done),
+        cmocka_unit_test(test_roll_kiln_reload_returns_when_the_roll_is_over),
         cmocka_unit_test(test_roll_worker_count_and_threads_change_live),
         cmocka_unit_test(test_roll_ctx_change_is_rolled_onto_the_workers),
         cmocka_unit_test(test_roll_at_64_workers_replaces_them_in_place),
