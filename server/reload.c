@@ -24,7 +24,7 @@ static const char *level_name(enum log_level l)
  * chat template and tool-call format: front_model.h), --threads and --workers: a rolling
  * restart of the workers (roll.h) when any changed. A model that does not load in the front
  * keeps everything as it was. */
-static void reload_workers(struct front *f, const struct kiln_config *n)
+static void reload_workers(struct front *f, const struct kiln_config *n, bool watchdog)
 {
     uint32_t threads, count;
     struct front_model *target = roll_target(f->roll, &threads, &count), *m = NULL;
@@ -56,7 +56,7 @@ static void reload_workers(struct front *f, const struct kiln_config *n)
         if (what[0])
             log_info("reload: %s", what);
     }
-    if (!m && n->threads == threads && n->workers == count)
+    if (!m && n->threads == threads && n->workers == count && !watchdog)
         return;
     if (n->threads != threads)
         log_info("reload: threads %u -> %u", threads, n->threads);
@@ -108,6 +108,10 @@ void reload_run(struct front *f, struct service *svc, int argc, char **argv)
     LIVE_U32(keepalive_timeout_ms, "keepalive-timeout-ms");
     LIVE_U32(client_timeout_ms, "client-timeout-ms");
     LIVE_U32(drain_ms, "drain-ms");
+    /* the workers beat at its pace: applied by restarting them (each is watched with the
+     * value it was started under meanwhile) */
+    bool watchdog = n.watchdog_ms != cur->watchdog_ms;
+    LIVE_U32(watchdog_ms, "watchdog-ms");
 #undef LIVE_U32
     int tls = http_reload_tls(f->http, &n, err, sizeof(err));
     if (tls < 0)
@@ -116,9 +120,9 @@ void reload_run(struct front *f, struct service *svc, int argc, char **argv)
         log_warn("reload: TLS is switched on or off at the next restart, not live");
     else if (n.tls_cert)
         log_info("reload: certificate %s read again", n.tls_cert);
-    reload_workers(f, &n);
-    if (n.max_sequences != cur->max_sequences || n.watchdog_ms != cur->watchdog_ms)
-        log_warn("reload: max-sequences and watchdog-ms take effect at the next restart");
+    reload_workers(f, &n, watchdog);
+    if (n.max_sequences != cur->max_sequences)
+        log_warn("reload: max-sequences takes effect at the next restart");
     config_free(&n);
     service_status_line(f, status, sizeof(status));
     service_reloaded(svc, status);

@@ -2,7 +2,8 @@
  * config and apply what the front can change live (log level, timeouts, API keys and
  * key file, metrics key, rate limits, the access log's file, the TLS certificate). The model
  * file, ctx, the KV cache's size, the chat template, threads and workers are applied by a
- * rolling restart (roll.h); max-sequences and watchdog-ms are logged as needing a restart. */
+ * rolling restart (roll.h), and so is watchdog-ms; max-sequences is logged as needing a
+ * restart. */
 #ifndef RELOAD_H
 #define RELOAD_H
 

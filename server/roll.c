@@ -109,7 +109,8 @@ static const struct worker_view *view_of(const struct roll *rl, const struct wor
 static bool matches(const struct roll *rl, const struct worker *w)
 {
     const struct worker_view *v = view_of(rl, w);
-    return w->model == rl->model && v && v->threads == rl->threads;
+    return w->model == rl->model && v && v->threads == rl->threads &&
+           v->watchdog_ms == rl->f->cfg->watchdog_ms;
 }
 
 /* Whether no worker but w of w's model still takes (or will take) its jobs. */

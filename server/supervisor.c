@@ -70,6 +70,7 @@ struct proc {
     bool replacing;          /* stopped by a reload: respawned at once when reaped */
     bool removing;           /* stopped by a reload: not respawned (supervisor_drop_last) */
     bool by_reload;          /* its process was started by a reload and is not READY yet */
+    uint32_t watchdog_ms;    /* the --watchdog-ms its process was started under (0: none) */
 };
 
 struct supervisor {
@@ -135,16 +136,27 @@ static enum worker_life life_get(struct proc *p)
 
 /* ---- the watchdog ---- */
 
-uint32_t supervisor_heartbeat_ms(const struct kiln_config *c)
+static uint32_t heartbeat_of(uint32_t watchdog_ms)
 {
-    uint32_t ms = c->watchdog_ms / 4;
+    uint32_t ms = watchdog_ms / 4;
     return ms < 10 ? 10 : ms > 1000 ? 1000 : ms;
 }
 
+uint32_t supervisor_heartbeat_ms(const struct kiln_config *c)
+{
+    return heartbeat_of(c->watchdog_ms);
+}
+
+/* Each process is watched with the --watchdog-ms it was started under (it beats at that
+ * one's pace), so a reload that changes it applies it by restarting the workers (roll.c). */
 static void watchdog_arm(struct supervisor *s)
 {
-    uint32_t ms = supervisor_heartbeat_ms(s->cfg);
-    if (!s->cfg->watchdog_ms || evtimer_pending(s->ev_watchdog, NULL))
+    uint32_t wd = s->cfg->watchdog_ms;
+    for (uint32_t i = 0; i < s->n; i++)
+        if (s->p[i].pid > 0 && s->p[i].watchdog_ms && (!wd || s->p[i].watchdog_ms < wd))
+            wd = s->p[i].watchdog_ms;
+    uint32_t ms = heartbeat_of(wd);
+    if (!wd || evtimer_pending(s->ev_watchdog, NULL))
         return;
     struct timeval tv = {ms / 1000, (long)(ms % 1000) * 1000};
     evtimer_add(s->ev_watchdog, &tv);
@@ -172,7 +184,7 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
     for (uint32_t i = 0; i < s->n; i++) {
         struct proc *p = &s->p[i];
         struct worker *w = p->w;
-        if (p->pid <= 0 || w->poisoned || p->watchdog_killed)
+        if (p->pid <= 0 || w->poisoned || p->watchdog_killed || !p->watchdog_ms)
             continue;
         busy = true;
         if (life_get(p) != WORKER_LIFE_READY || !w->reg.hdr) {
@@ -183,11 +195,11 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
         if (hb != p->hb_last) {
             p->hb_last = hb;
             p->hb_at_ms = now;
-        } else if (now - p->hb_at_ms >= (int64_t)s->cfg->watchdog_ms) {
+        } else if (now - p->hb_at_ms >= (int64_t)p->watchdog_ms) {
             log_error("worker %u (pid %ld) made no progress for %lld ms with %u job(s) "
                       "(busy or idle, it beats at least every %u ms); killing it",
                       w->id, (long)p->pid, (long long)(now - p->hb_at_ms), w->used,
-                      supervisor_heartbeat_ms(s->cfg));
+                      heartbeat_of(p->watchdog_ms));
             p->watchdog_killed = true;
             (void)kill(p->pid, SIGKILL);
         }
@@ -247,7 +259,7 @@ static int spawn(struct proc *p)
         .mock_delay_ms = c->mock_delay_ms,
         .mock_load_ms = c->mock_load_ms,
         /* an idle worker beats this often, so the watchdog can tell a stopped one too */
-        .heartbeat_ms = c->watchdog_ms ? supervisor_heartbeat_ms(c) : 0,
+        .heartbeat_ms = c->watchdog_ms ? heartbeat_of(c->watchdog_ms) : 0,
         .mock_faults = c->mock_faults,
         .model = w->model->path,
         .mock_reply = c->mock_reply,
@@ -303,6 +315,7 @@ static int spawn(struct proc *p)
         child_exec(s->exe, shm_fd, w->wake_fd, w->notify_fd, err_w, argv);
     (void)close(err_w); /* the child's now: its end tells us when it is gone */
     p->pid = pid;
+    p->watchdog_ms = c->watchdog_ms;
     p->life = WORKER_LIFE_STARTING;
     p->n_spawns++;
     watchdog_arm(s);
@@ -567,7 +580,7 @@ static void worker_died(struct proc *p, int status)
     if (WIFSIGNALED(status) && p->watchdog_killed)
         snprintf(p->last_exit, sizeof(p->last_exit),
                  "was killed by the watchdog (signal %d): no progress for %u ms",
-                 WTERMSIG(status), s->cfg->watchdog_ms);
+                 WTERMSIG(status), p->watchdog_ms);
     else if (WIFSIGNALED(status))
         snprintf(p->last_exit, sizeof(p->last_exit), "was killed by signal %d (%s)",
                  WTERMSIG(status), strsignal(WTERMSIG(status)));
@@ -584,7 +597,7 @@ static void worker_died(struct proc *p, int status)
     snprintf(eid, sizeof(eid), "%08x", rnd);
     if (WIFSIGNALED(status) && p->watchdog_killed)
         snprintf(what, sizeof(what), "was stopped by the watchdog (no progress for %u ms)",
-                 s->cfg->watchdog_ms);
+                 p->watchdog_ms);
     else if (WIFSIGNALED(status))
         snprintf(what, sizeof(what), "crashed (signal %d)", WTERMSIG(status));
     else
@@ -721,6 +734,7 @@ struct supervisor_view *supervisor_view(struct supervisor *s)
         o->readies = p->n_ready;
         o->draining = w->retiring || p->replacing || p->removing;
         o->reload_start = o->loading && p->by_reload;
+        o->watchdog_ms = p->watchdog_ms;
     }
     return v;
 }

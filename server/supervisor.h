@@ -114,6 +114,7 @@ struct worker_view {
     bool draining;         /* a reload drains or stops it */
     bool reload_start;     /* loading a process a reload started (the roll's extra worker, or
                             * one it restarts): capacity a reload adds, not capacity lost */
+    uint32_t watchdog_ms;  /* the --watchdog-ms its process was started under */
 };
 
 /* The workers now, for /health, /metrics and the service status. */

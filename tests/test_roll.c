@@ -596,6 +596,46 @@ static void test_roll_worker_count_and_threads_change_live(void **state)
     unlink(conf);
 }
 
+/* ---- watchdog-ms ---- */
+
+/* A reload that turns the watchdog on restarts the workers at its heartbeat, and from then on
+ * a worker that hangs is killed after watchdog-ms (before, the change waited for a restart
+ * and the hung request never ended). */
+static void test_roll_watchdog_change_is_applied_by_the_roll(void **state)
+{
+    (void)state;
+    char conf[128];
+    snprintf(conf, sizeof(conf), "/tmp/kiln-roll-wd-%ld.conf", (long)getpid());
+    write_conf(conf, "model = mock\nworkers = 2\nwatchdog-ms = 0\nmock-faults = true\n");
+    struct kiln_proc *p = start_with_conf(conf, NULL);
+    assert_non_null(p);
+    int port = kiln_port(p);
+    struct workers_cond two = {port, 2};
+    assert_true(wait_until(workers_ready, &two, 20000));
+    pid_t before[8], after[8];
+    assert_int_equal(proc_children(kiln_pid(p), before, 8), 2);
+
+    write_conf(conf, "model = mock\nworkers = 2\nwatchdog-ms = 500\nmock-faults = true\n");
+    assert_int_equal(kiln_kill(p, SIGHUP), 0);
+    struct reload_cond done = {port, "done", 1};
+    assert_true(wait_until(reload_is, &done, 30000));
+    assert_true(wait_until(workers_ready, &two, 20000));
+    assert_int_equal(proc_children(kiln_pid(p), after, 8), 2);
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++)
+            assert_int_not_equal(before[i], after[k]);
+    /* a hang is now ended by the watchdog: the request fails instead of waiting forever */
+    json_t *j = NULL;
+    int st = front_call(port, "POST", "/v1/completions",
+                        "{\"prompt\": \"[[kiln:hang]]\", \"max_tokens\": 8}", &j, NULL);
+    json_decref(j);
+    assert_int_equal(st, 500);
+    assert_true(kiln_output_contains(p, "made no progress"));
+    assert_true(kiln_output_contains(p, "reload: watchdog-ms 0 -> 500"));
+    assert_int_equal(front_stop(p), 0);
+    unlink(conf);
+}
+
 /* ---- 64 workers: no room for the extra one ---- */
 
 /* How many workers /health lists, or -1. */
@@ -838,6 +878,7 @@ int main(void)
         cmocka_unit_test(test_roll_worker_count_and_threads_change_live),
         cmocka_unit_test(test_roll_ctx_change_is_rolled_onto_the_workers),
         cmocka_unit_test(test_roll_at_64_workers_replaces_them_in_place),
+        cmocka_unit_test(test_roll_watchdog_change_is_applied_by_the_roll),
         cmocka_unit_test(test_roll_new_file_at_the_same_path_is_rolled_onto),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
