@@ -4,7 +4,8 @@
  * KILN_KERNELS=scalar|avx2|avx512 limits the run to one set; KILN_BENCH_SEC sets the time
  * per measurement (default 0.25 s); each line gives wall-clock and process CPU ms per call
  * (the steadier one on a shared machine); KILN_BENCH_TYPES=q5_0,iq4_xs,... the weight types
- * (default Q8_0 and Q4_K). */
+ * (default Q8_0 and Q4_K); KILN_BENCH_GEMM=1 times each set's gemm (the prefill op) after its
+ * matmul at every batch size. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,7 +119,8 @@ static void mats_free(struct mats *m)
     free(m->y);
 }
 
-static void bench_one(const struct kern_ops *k, const struct mats *m, int n_seq, double budget)
+static void bench_one(const struct kern_ops *k, const struct mats *m, int n_seq, double budget,
+                      int gemm)
 {
     struct kern_act X = {kern_act_type(m->t), m->x, m->cols, m->xstride};
     struct kern_mat W = {m->t, m->w, m->rows, m->cols, m->bytes / (size_t)m->rows};
@@ -126,15 +128,16 @@ static void bench_one(const struct kern_ops *k, const struct mats *m, int n_seq,
     double t0 = now_sec(), c0 = cpu_sec(), dt;
     do {
         W.data = m->w + m->bytes * (size_t)(calls % m->copies);
-        k->matmul(&W, &X, n_seq, m->y, m->rows, 0, m->rows);
+        (gemm ? k->gemm : k->matmul)(&W, &X, n_seq, m->y, m->rows, 0, m->rows);
         calls++;
         dt = now_sec() - t0;
     } while (dt < budget);
     double dc = cpu_sec() - c0;
     double gbs = (double)m->bytes * (double)calls / dt / 1e9;
     double gflops = 2.0 * m->rows * (double)m->cols * n_seq * (double)calls / dt / 1e9;
-    printf("%-7s %-6s %5dx%-5d n_seq %2d: %7.2f GB/s weights  %7.2f GFLOP/s  %8.3f ms/call"
-           "  %8.3f CPU ms/call\n", k->name, quant_type_name(m->t), m->rows, m->cols, n_seq,
+    printf("%-7s %-6s %-6s %5dx%-5d n_seq %2d: %7.2f GB/s weights  %7.2f GFLOP/s  %8.3f ms/call"
+           "  %8.3f CPU ms/call\n", k->name, gemm ? "gemm" : "matmul", quant_type_name(m->t),
+           m->rows, m->cols, n_seq,
            gbs, gflops, dt / (double)calls * 1e3, dc / (double)calls * 1e3);
     fflush(stdout);
 }
@@ -162,6 +165,8 @@ int main(void)
     static const int seqs[] = {1, 4, 8, 16};
     const char *env = getenv("KILN_KERNELS"), *bs = getenv("KILN_BENCH_SEC");
     double budget = bs ? atof(bs) : 0.25;
+    const char *ge = getenv("KILN_BENCH_GEMM");
+    int with_gemm = ge && *ge == '1';
     const struct kern_ops *sets[3];
     int n_sets = 0;
 
@@ -191,7 +196,8 @@ int main(void)
                    m.copies);
             for (int k = 0; k < n_sets; k++)
                 for (size_t q = 0; q < sizeof seqs / sizeof seqs[0]; q++)
-                    bench_one(sets[k], &m, seqs[q], budget);
+                    for (int g = 0; g <= with_gemm; g++)
+                        bench_one(sets[k], &m, seqs[q], budget, g);
             mats_free(&m);
         }
     return 0;
