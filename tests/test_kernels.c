@@ -420,6 +420,81 @@ static void test_kernels_avxvnni_gemm_and_matmul_give_the_same_bits(void **state
     check_gemm_equals_matmul(KERN_SET_AVXVNNI);
 }
 
+/* A prompt row (gemm) and a decode row (matmul) of the same input are the same bits, for
+ * every type the set says agree (rows_agree; the scalar, AVX2 and AVX-VNNI sets: all; AVX-512:
+ * all but the 256-element types): gemm over a batch of 1, 5, 16 or 70 sequences starting at
+ * several offsets, over all rows or from a row inside a tile group, against matmul of each
+ * sequence alone and of the whole batch (the KV cache shares positions computed either
+ * way). */
+static void check_rows_agree(enum kern_set set)
+{
+    const struct kern_ops *k = kern_ops_get(set);
+    static const int seqs[] = {1, 5, 16, 70};
+    static const int offs[] = {0, 3, 9};
+    if (!k)
+        skip();
+    for (size_t ti = 0; ti < N_WTYPES; ti++) {
+        int be = quant_block_elems(wtypes[ti]);
+        int cols = be == 1 ? 100 : be == 32 ? 1024 + 96 : 1024 + 256, rows = 37;
+        if (set != KERN_SET_AVX512 || be < 256)
+            assert_true(k->rows_agree(wtypes[ti]));
+        if (!k->rows_agree(wtypes[ti]))
+            continue;
+        struct problem p;
+        problem_init(&p, wtypes[ti], rows, cols, 79, 11u + (unsigned)ti);
+        float *alone = run(k, &p, 79, 0, 0, rows);
+        for (int s = 0; s < 79; s++) {
+            float *y1 = run(k, &p, 1, s, 0, rows);
+            memcpy(alone + (size_t)s * rows, y1, sizeof(float) * (size_t)rows);
+            free(y1);
+        }
+        for (size_t si = 0; si < sizeof seqs / sizeof seqs[0]; si++)
+            for (size_t oi = 0; oi < sizeof offs / sizeof offs[0]; oi++)
+                for (int rb = 0; rb <= 7; rb += 7) {
+                    int ns = seqs[si], o = offs[oi];
+                    float *yg = run_gemm(k, &p, ns, o, rb, rows), *ym = run(k, &p, ns, o, rb, rows);
+                    for (int s = 0; s < ns; s++)
+                        for (int r = rb; r < rows; r++) {
+                            float g = yg[s * rows + r], m = alone[(size_t)(o + s) * rows + r];
+                            if (memcmp(&g, &m, sizeof g) != 0 ||
+                                memcmp(&ym[s * rows + r], &m, sizeof m) != 0)
+                                fail_msg("%s %s: gemm %a, matmul %a, matmul alone %a (n_seq %d "
+                                         "from %d, rows from %d, r %d s %d)",
+                                         k->name, quant_type_name(p.t), (double)g,
+                                         (double)ym[s * rows + r], (double)m, ns, o, rb, r, s);
+                        }
+                    free(yg);
+                    free(ym);
+                }
+        free(alone);
+        problem_free(&p);
+    }
+}
+
+static void test_kernels_scalar_gemm_rows_equal_matmul_rows(void **state)
+{
+    (void)state;
+    check_rows_agree(KERN_SET_SCALAR);
+}
+
+static void test_kernels_avx2_gemm_rows_equal_matmul_rows(void **state)
+{
+    (void)state;
+    check_rows_agree(KERN_SET_AVX2);
+}
+
+static void test_kernels_avxvnni_gemm_rows_equal_matmul_rows(void **state)
+{
+    (void)state;
+    check_rows_agree(KERN_SET_AVXVNNI);
+}
+
+static void test_kernels_avx512_gemm_rows_equal_matmul_rows(void **state)
+{
+    (void)state;
+    check_rows_agree(KERN_SET_AVX512);
+}
+
 static void test_kernels_avxvnni_batching_changes_nothing(void **state)
 {
     (void)state;
@@ -693,6 +768,10 @@ int main(void)
         cmocka_unit_test(test_kernels_scalar_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx2_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx512_batching_changes_nothing),
+        cmocka_unit_test(test_kernels_scalar_gemm_rows_equal_matmul_rows),
+        cmocka_unit_test(test_kernels_avx2_gemm_rows_equal_matmul_rows),
+        cmocka_unit_test(test_kernels_avxvnni_gemm_rows_equal_matmul_rows),
+        cmocka_unit_test(test_kernels_avx512_gemm_rows_equal_matmul_rows),
         cmocka_unit_test(test_kernels_scalar_gemm_matches_scalar_and_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx2_gemm_matches_scalar_and_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx512_gemm_matches_scalar_and_batching_changes_nothing),

@@ -10,6 +10,10 @@
 
 int kern_gemm_avx512(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
                      int y_stride, int row_begin, int row_end);
+/* 1 for the weight types whose decode rows kern_gemm_avx512 computes too (the AVX-512 set's
+ * matmul runs them through it, so prompt and decode rows agree bit for bit) and the types
+ * it does not take; 0 for the 256-element types, whose matmul keeps its own kernels. */
+int kern_gemm_avx512_agrees(enum ggml_type t);
 int kern_gemm_avx2(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
                    int y_stride, int row_begin, int row_end);
 

@@ -23,6 +23,12 @@
 #include "kernels_simd.h"
 
 #define GEMM_SC 128
+/* Calls of at most this many sequences take narrow_rows. */
+#ifndef GEMM_NARROW
+#define GEMM_NARROW 8
+#endif
+/* The most sub-blocks narrow_rows takes (K up to 16384 elements of 16-element sub-blocks). */
+#define NARROW_MAXG 1024
 
 struct panel {
     __m512i codes[GEMM_KC / 4];
@@ -30,11 +36,12 @@ struct panel {
     float bias[GEMM_MAXG][16];
 };
 
-/* Rows [r, r + nr) (nr <= 16) of W, sub-blocks [g0, g0 + ng), into p. */
-static void pack(const struct kern_mat *W, const struct gemm_type *ty, int r, int nr, int g0,
-                 int ng, struct panel *p, uint8_t (*tmp)[GEMM_KC])
+/* Rows [r, r + nr) (nr <= 16) of W, sub-blocks [g0, g0 + ng): codes in element order into
+ * tmp (rows past nr zero), scales and biases into p (lane = row). */
+static void decode(const struct kern_mat *W, const struct gemm_type *ty, int r, int nr, int g0,
+                   int ng, struct panel *p, uint8_t (*tmp)[GEMM_KC])
 {
-    int G = ty->g, n = ng * G;
+    int n = ng * ty->g;
     for (int i = 0; i < 16; i++) {
         if (i < nr) {
             gemm_decode_row(W->type, (const char *)W->data + (size_t)(r + i) * W->row_bytes,
@@ -45,6 +52,14 @@ static void pack(const struct kern_mat *W, const struct gemm_type *ty, int r, in
                 p->scale[g][i] = p->bias[g][i] = 0.0f;
         }
     }
+}
+
+/* The same, codes transposed into p's panel (lane = row, signed codes offset to unsigned). */
+static void pack(const struct kern_mat *W, const struct gemm_type *ty, int r, int nr, int g0,
+                 int ng, struct panel *p, uint8_t (*tmp)[GEMM_KC])
+{
+    int n = ng * ty->g;
+    decode(W, ty, r, nr, g0, ng, p, tmp);
     const __m512i flip = _mm512_set1_epi8(ty->sgn ? (char)0x80 : 0);
     for (int t = 0; t < n / 4; t += 8) {
         __m256i lo[8], hi[8];
@@ -53,6 +68,17 @@ static void pack(const struct kern_mat *W, const struct gemm_type *ty, int r, in
         for (int i = 0; i < 8; i++)
             p->codes[t + i] = _mm512_xor_si512(join(lo[i], hi[i]), flip);
     }
+}
+
+/* The per sub-block float step of one register of 16 rows (lane = row) and one sequence:
+ * ia the integer sums, sc/bi the rows' scales and biases, d the sequence's scale, xm its
+ * dx * sum. Every path of this file ends each sub-block with it, so a (row, sequence)
+ * result is the same bits whichever path and tile computed its integers. */
+static AI __m512 step(__m512 acc, __m512i ia, __m512 sc, __m512 bi, __m512 d, __m512 xm,
+                      const int min)
+{
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(sc, d), acc);
+    return min ? _mm512_fnmadd_ps(bi, xm, acc) : acc;
 }
 
 /* Sequences xs[0..S) against the panels P[0..R): sub-blocks [0, ng) of the chunk, whose
@@ -110,12 +136,8 @@ static AI void tile(const struct panel *const *P, const int R, const char *const
             __m512 d = _mm512_set1_ps(dx[k * GEMM_MAXG + g]);
             __m512 xm = min ? _mm512_set1_ps(xsum[k * GEMM_MAXG + g]) : d;
             _Pragma("GCC unroll 2")
-            for (int r = 0; r < R; r++) {
-                acc[r][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][k]), _mm512_mul_ps(sc[r], d),
-                                            acc[r][k]);
-                if (min)
-                    acc[r][k] = _mm512_fnmadd_ps(bi[r], xm, acc[r][k]);
-            }
+            for (int r = 0; r < R; r++)
+                acc[r][k] = step(acc[r][k], ia[r][k], sc[r], bi[r], d, xm, min);
         }
     }
     _Pragma("GCC unroll 2")
@@ -152,6 +174,490 @@ static void tile_any(const struct panel *const *P, int R, const char *const *xs,
     }
 }
 
+
+/* Sums of the four 128-bit quarters of 16 registers of dwords (register i: row i), as four
+ * registers of 16 rows: out[L] lane i = sum of dwords 4L..4L+3 of p[i]. Exact integers. */
+static AI void reduce16(const __m512i p[16], __m512i out[4])
+{
+    __m512i t[8], u[4], a[2], b[2];
+    _Pragma("GCC unroll 8")
+    for (int j = 0; j < 8; j++)
+        t[j] = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2 * j], p[2 * j + 1]),
+                                _mm512_unpackhi_epi32(p[2 * j], p[2 * j + 1]));
+    _Pragma("GCC unroll 4")
+    for (int q = 0; q < 4; q++)
+        u[q] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * q], t[2 * q + 1]),
+                                _mm512_unpackhi_epi64(t[2 * q], t[2 * q + 1]));
+    a[0] = _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0));
+    a[1] = _mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0));
+    b[0] = _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1));
+    b[1] = _mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1));
+    out[0] = _mm512_shuffle_i32x4(a[0], a[1], _MM_SHUFFLE(2, 0, 2, 0));
+    out[2] = _mm512_shuffle_i32x4(a[0], a[1], _MM_SHUFFLE(3, 1, 3, 1));
+    out[1] = _mm512_shuffle_i32x4(b[0], b[1], _MM_SHUFFLE(2, 0, 2, 0));
+    out[3] = _mm512_shuffle_i32x4(b[0], b[1], _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+/* tile for few sequences, without the panel: the 16 rows' codes stay in element order
+ * (tmp), each row's 64 codes meet a sequence's 64 activation bytes in one vpdpbusd, and
+ * reduce16 turns the 16 rows' partial sums into lane = row sums per sub-block; the same
+ * integers as tile, then the same float steps. The transposes of pack, which dominate a
+ * small batch, are not needed. */
+static AI void tile_narrow(const struct gemm_type *ty, const struct panel *P,
+                           uint8_t (*tmp)[GEMM_KC], const char *const *xs, const int S,
+                           const size_t *off, int ng, const int G, const int min,
+                           const float *dx, const int32_t *ic, const float *xsum, const int xst,
+                           float *y, size_t ys, __mmask16 m0, int first)
+{
+    const __m512i flip = _mm512_set1_epi8(ty->sgn ? (char)0x80 : 0);
+    const int per = 64 / G; /* sub-blocks per 64 bytes */
+    __m512 acc[4];
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        acc[k] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, y + (size_t)k * ys);
+    for (int g = 0; g < ng; g += per) {
+        __m512i ia[4][4];
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++) {
+            __m512i xb, p[16], q[4];
+            if (G == 16 || ty->act_q8_k)
+                xb = _mm512_loadu_si512(xs[k] + off[g]);
+            else /* a last odd sub-block meets zeros */
+                xb = join(_mm256_loadu_si256((const __m256i *)(xs[k] + off[g])),
+                          g + 1 < ng ? _mm256_loadu_si256((const __m256i *)(xs[k] + off[g + 1]))
+                                     : _mm256_setzero_si256());
+            _Pragma("GCC unroll 16")
+            for (int i = 0; i < 16; i++)
+                p[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                           _mm512_xor_si512(_mm512_load_si512(tmp[i] + g * G),
+                                                            flip),
+                                           xb);
+            reduce16(p, q);
+            if (G == 32) {
+                ia[k][0] = _mm512_add_epi32(_mm512_set1_epi32(ic[k * xst + g]),
+                                            _mm512_add_epi32(q[0], q[1]));
+                ia[k][1] = _mm512_add_epi32(_mm512_set1_epi32(ic[k * xst + g + 1]),
+                                            _mm512_add_epi32(q[2], q[3]));
+            } else {
+                _Pragma("GCC unroll 4")
+                for (int j = 0; j < 4; j++)
+                    ia[k][j] = _mm512_add_epi32(_mm512_set1_epi32(ic[k * xst + g + j]), q[j]);
+            }
+        }
+        for (int j = 0; j < per && g + j < ng; j++) {
+            __m512 sc = _mm512_load_ps(P->scale[g + j]);
+            __m512 bi = min ? _mm512_load_ps(P->bias[g + j]) : _mm512_setzero_ps();
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < S; k++) {
+                __m512 d = _mm512_set1_ps(dx[k * xst + g + j]);
+                __m512 xm = min ? _mm512_set1_ps(xsum[k * xst + g + j]) : d;
+                acc[k] = step(acc[k], ia[k][j], sc, bi, d, xm, min);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        _mm512_mask_storeu_ps(y + (size_t)k * ys, m0, acc[k]);
+}
+
+#define NARROW_S(G, MIN)                                                                       \
+    do {                                                                                       \
+        switch (S) {                                                                           \
+        case 4: tile_narrow(ty, P, tmp, xs, 4, off, ng, G, MIN, dx, ic, xsum, xst, y, ys, m0, first); break; \
+        case 3: tile_narrow(ty, P, tmp, xs, 3, off, ng, G, MIN, dx, ic, xsum, xst, y, ys, m0, first); break; \
+        case 2: tile_narrow(ty, P, tmp, xs, 2, off, ng, G, MIN, dx, ic, xsum, xst, y, ys, m0, first); break; \
+        default: tile_narrow(ty, P, tmp, xs, 1, off, ng, G, MIN, dx, ic, xsum, xst, y, ys, m0, first); break; \
+        }                                                                                      \
+    } while (0)
+
+static void narrow_any(const struct gemm_type *ty, const struct panel *P, uint8_t (*tmp)[GEMM_KC],
+                       const char *const *xs, int S, const size_t *off, int ng, const float *dx,
+                       const int32_t *ic, const float *xsum, int xst, float *y, size_t ys,
+                       __mmask16 m0, int first)
+{
+    if (ty->g == 16)
+        NARROW_S(16, 0);
+    else if (ty->min)
+        NARROW_S(32, 1);
+    else
+        NARROW_S(32, 0);
+}
+
+
+/* Block i's 32 codes of a row of a 32-element type with Q8_0 activations (Q8_0, Q4_0, Q5_0,
+ * IQ4_NL), in registers, as gemm_decode_row gives them. */
+static AI __m256i codes32(const enum ggml_type t, const char *row, int i)
+{
+    const __m256i low4 = _mm256_set1_epi8(15);
+    if (t == GGML_TYPE_Q8_0)
+        return _mm256_loadu_si256((const __m256i *)((const struct quant_block_q8_0 *)row)[i].qs);
+    if (t == GGML_TYPE_Q5_0) {
+        const struct quant_block_q5_0 *b = (const struct quant_block_q5_0 *)row + i;
+        __m128i raw = _mm_loadu_si128((const __m128i *)b->qs);
+        __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
+        return _mm256_or_si256(q, gemm_bits5(b->qh));
+    }
+    const struct quant_block_q4_0 *b = (const struct quant_block_q4_0 *)row + i;
+    __m128i raw = _mm_loadu_si128((const __m128i *)b->qs);
+    __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
+    if (t == GGML_TYPE_IQ4_NL)
+        q = _mm256_shuffle_epi8(
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4_values)), q);
+    return q;
+}
+
+static AI size_t block32_bytes(const enum ggml_type t)
+{
+    return t == GGML_TYPE_Q8_0 ? sizeof(struct quant_block_q8_0)
+         : t == GGML_TYPE_Q5_0 ? sizeof(struct quant_block_q5_0)
+                               : sizeof(struct quant_block_q4_0);
+}
+
+/* tile_narrow for the 32-element types, straight from W: each row's blocks decoded in
+ * registers, the 16 rows' f16 scales of a block gathered (lane = row), so nothing is
+ * stored: the integers and the float steps of tile and tile_narrow. Rows past nr repeat
+ * row nr - 1 and are not stored. */
+static AI void tile_rows32(const enum ggml_type t, const struct gemm_type *ty,
+                           const struct kern_mat *W, int r, int g0, const char *const *xs,
+                           const int S, const size_t *off, int ng, const float *dx,
+                           const int32_t *ic, const int xst, float *y, size_t ys, int first)
+{
+    const __m512i flip = _mm512_set1_epi8(ty->sgn ? (char)0x80 : 0);
+    const size_t bb = block32_bytes(t), rb = W->row_bytes;
+    const char *w0 = (const char *)W->data + (size_t)r * rb;
+    const __m512i vidx = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        _mm512_set1_epi32((int)rb));
+    __m512 acc[4];
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        acc[k] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + (size_t)k * ys);
+    for (int g = 0; g < ng; g += 2) {
+        const int two = g + 1 < ng;
+        const char *wg = w0 + (size_t)(g0 + g) * bb;
+        __m512i xb[4], p[4][16], ia[4][2];
+        __m512 sc[2];
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++)
+            xb[k] = join(_mm256_loadu_si256((const __m256i *)(xs[k] + off[g])),
+                         two ? _mm256_loadu_si256((const __m256i *)(xs[k] + off[g + 1]))
+                             : _mm256_setzero_si256());
+        _Pragma("GCC unroll 16")
+        for (int i = 0; i < 16; i++) {
+            const char *wr = wg + (size_t)i * rb;
+            __m512i cw = _mm512_xor_si512(join(codes32(t, wr, 0),
+                                               two ? codes32(t, wr, 1) : _mm256_setzero_si256()),
+                                          flip);
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < S; k++)
+                p[k][i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), cw, xb[k]);
+        }
+        for (int j = 0; j < 1 + two; j++)
+            sc[j] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
+                _mm512_i32gather_epi32(vidx, wg + (size_t)j * bb, 1)));
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++) {
+            __m512i q[4];
+            reduce16(p[k], q);
+            ia[k][0] = _mm512_add_epi32(_mm512_set1_epi32(ic[k * xst + g]),
+                                        _mm512_add_epi32(q[0], q[1]));
+            ia[k][1] = _mm512_add_epi32(_mm512_set1_epi32(ic[k * xst + g + two]),
+                                        _mm512_add_epi32(q[2], q[3]));
+        }
+        for (int j = 0; j < 1 + two; j++) {
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < S; k++) {
+                __m512 d = _mm512_set1_ps(dx[k * xst + g + j]);
+                acc[k] = step(acc[k], ia[k][j], sc[j], _mm512_setzero_ps(), d, d, 0);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        _mm512_storeu_ps(y + (size_t)k * ys, acc[k]);
+}
+
+#define ROWS32_S(T)                                                                            \
+    do {                                                                                       \
+        switch (S) {                                                                           \
+        case 4: tile_rows32(T, ty, W, r, g0, xs, 4, off, ng, dx, ic, xst, y, ys, first); break; \
+        case 3: tile_rows32(T, ty, W, r, g0, xs, 3, off, ng, dx, ic, xst, y, ys, first); break; \
+        case 2: tile_rows32(T, ty, W, r, g0, xs, 2, off, ng, dx, ic, xst, y, ys, first); break; \
+        default: tile_rows32(T, ty, W, r, g0, xs, 1, off, ng, dx, ic, xst, y, ys, first); break; \
+        }                                                                                      \
+    } while (0)
+
+static void rows32_any(const struct gemm_type *ty, const struct kern_mat *W, int r, int g0,
+                       const char *const *xs, int S, const size_t *off, int ng, const float *dx,
+                       const int32_t *ic, int xst, float *y, size_t ys, int first)
+{
+    switch (W->type) {
+    case GGML_TYPE_Q8_0: ROWS32_S(GGML_TYPE_Q8_0); break;
+    case GGML_TYPE_Q4_0: ROWS32_S(GGML_TYPE_Q4_0); break;
+    case GGML_TYPE_Q5_0: ROWS32_S(GGML_TYPE_Q5_0); break;
+    default: ROWS32_S(GGML_TYPE_IQ4_NL); break;
+    }
+}
+
+
+/* Transpose 16 registers of 16 dwords (register i: row i) into out (out[j] lane i = r[i]
+ * lane j). */
+static AI void transpose16(const __m512i r[16], __m512i out[16])
+{
+    __m512i t[16], u[16];
+    _Pragma("GCC unroll 8")
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    _Pragma("GCC unroll 4")
+    for (int m = 0; m < 4; m++) {
+        u[4 * m] = _mm512_unpacklo_epi64(t[4 * m], t[4 * m + 2]);
+        u[4 * m + 1] = _mm512_unpackhi_epi64(t[4 * m], t[4 * m + 2]);
+        u[4 * m + 2] = _mm512_unpacklo_epi64(t[4 * m + 1], t[4 * m + 3]);
+        u[4 * m + 3] = _mm512_unpackhi_epi64(t[4 * m + 1], t[4 * m + 3]);
+    }
+    _Pragma("GCC unroll 4")
+    for (int j = 0; j < 4; j++) {
+        __m512i a0 = _mm512_shuffle_i32x4(u[j], u[4 + j], _MM_SHUFFLE(2, 0, 2, 0));
+        __m512i a1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], _MM_SHUFFLE(2, 0, 2, 0));
+        __m512i b0 = _mm512_shuffle_i32x4(u[j], u[4 + j], _MM_SHUFFLE(3, 1, 3, 1));
+        __m512i b1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], _MM_SHUFFLE(3, 1, 3, 1));
+        out[j] = _mm512_shuffle_i32x4(a0, a1, _MM_SHUFFLE(2, 0, 2, 0));
+        out[8 + j] = _mm512_shuffle_i32x4(a0, a1, _MM_SHUFFLE(3, 1, 3, 1));
+        out[4 + j] = _mm512_shuffle_i32x4(b0, b1, _MM_SHUFFLE(2, 0, 2, 0));
+        out[12 + j] = _mm512_shuffle_i32x4(b0, b1, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+}
+
+static AI size_t blockk_bytes(const enum ggml_type t)
+{
+    return t == GGML_TYPE_Q4_K ? sizeof(struct quant_block_q4_k)
+         : t == GGML_TYPE_Q5_K ? sizeof(struct quant_block_q5_k)
+         : t == GGML_TYPE_Q6_K ? sizeof(struct quant_block_q6_k)
+                               : sizeof(struct quant_block_iq4_xs);
+}
+
+/* A 256-element block's sub-block scales (lanes 0..7, or 0..15 for Q6_K) and biases (lanes
+ * 8..15 of Q4_K/Q5_K) as floats, each the product gemm_decode_row forms. */
+static AI __m512 scalesk(const enum ggml_type t, const char *b)
+{
+    if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) {
+        const struct quant_block_q4_k *q = (const struct quant_block_q4_k *)b; /* same head */
+        __m128i sc16, m16;
+        q4_k_scales(q->scales, &sc16, &m16);
+        __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm256_set_m128i(m16, sc16)));
+        __m512 dd = _mm512_castpd_ps(_mm512_insertf64x4(
+            _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_set1_ps(_cvtsh_ss(q->d)))),
+            _mm256_castps_pd(_mm256_set1_ps(_cvtsh_ss(q->dmin))), 1));
+        return _mm512_mul_ps(dd, v);
+    }
+    if (t == GGML_TYPE_Q6_K) {
+        const struct quant_block_q6_k *q = (const struct quant_block_q6_k *)b;
+        __m512 v = _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q->scales)));
+        return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(q->d)), v);
+    }
+    const struct quant_block_iq4_xs *q = (const struct quant_block_iq4_xs *)b;
+    int32_t sc[16] = {0};
+    for (int j = 0; j < 8; j++)
+        sc[j] = quant_iq4_xs_scale(q, j) - 32;
+    return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(q->d)),
+                         _mm512_cvtepi32_ps(_mm512_loadu_si512(sc)));
+}
+
+/* Elements 64c..64c+63 of a 256-element block's codes, as gemm_decode_row gives them. */
+static AI __m512i codesk(const enum ggml_type t, const char *b, const int c)
+{
+    const __m256i low4 = _mm256_set1_epi8(15);
+    if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) {
+        const int five = t == GGML_TYPE_Q5_K;
+        const uint8_t *qs = five ? ((const struct quant_block_q5_k *)b)->qs
+                                 : ((const struct quant_block_q4_k *)b)->qs;
+        __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+        __m256i lo = _mm256_and_si256(raw, low4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        if (five) {
+            const __m256i one = _mm256_set1_epi8(1);
+            __m256i hb = _mm256_loadu_si256((const __m256i *)((const struct quant_block_q5_k *)b)->qh);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(
+                _mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(
+                _mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
+        }
+        return join(lo, hi);
+    }
+    if (t == GGML_TYPE_Q6_K) {
+        const struct quant_block_q6_k *q = (const struct quant_block_q6_k *)b;
+        const __m256i hi2 = _mm256_set1_epi8(0x30);
+        const int h = c / 2;
+        __m256i l0 = _mm256_loadu_si256((const __m256i *)(q->ql + 64 * h));
+        __m256i l1 = _mm256_loadu_si256((const __m256i *)(q->ql + 64 * h + 32));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(q->qh + 32 * h));
+        if (c % 2 == 0)
+            return join(_mm256_or_si256(_mm256_and_si256(l0, low4),
+                                        _mm256_and_si256(_mm256_slli_epi16(qh, 4), hi2)),
+                        _mm256_or_si256(_mm256_and_si256(l1, low4),
+                                        _mm256_and_si256(_mm256_slli_epi16(qh, 2), hi2)));
+        return join(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                                    _mm256_and_si256(qh, hi2)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2)));
+    }
+    const struct quant_block_iq4_xs *q = (const struct quant_block_iq4_xs *)b;
+    const __m256i tab = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)quant_iq4_values));
+    __m256i v[2];
+    for (int j = 0; j < 2; j++) {
+        __m128i raw = _mm_loadu_si128((const __m128i *)(q->qs + 16 * (2 * c + j)));
+        v[j] = _mm256_shuffle_epi8(
+            tab, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4));
+    }
+    return join(v[0], v[1]);
+}
+
+/* tile_rows32 for the 256-element types (Q8_K activations): per block, the 16 rows' scales
+ * (and biases) transposed to lane = row, then per 64 elements each row's codes meet each
+ * sequence's bytes in one vpdpbusd and reduce16 gives the sub-block sums; then the float
+ * steps of tile. xst: floats between sequences in dx, ic and xsum. */
+static AI void tile_rowsk(const enum ggml_type t, const struct gemm_type *ty,
+                          const struct kern_mat *W, int r, const char *const *xs, const int S,
+                          const size_t *off, int ng, const float *dx, const int32_t *ic,
+                          const float *xsum, const int xst, float *y, size_t ys)
+{
+    const __m512i flip = _mm512_set1_epi8(ty->sgn ? (char)0x80 : 0);
+    const size_t bb = blockk_bytes(t), rb = W->row_bytes;
+    const int G = ty->g, per = QUANT_QK_K / G, min = ty->min;
+    const char *w0 = (const char *)W->data + (size_t)r * rb;
+    __m512 acc[4];
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        acc[k] = _mm512_setzero_ps();
+    for (int i = 0; i < ng / per; i++) {
+        const char *wb = w0 + (size_t)i * bb;
+        __m512i f[16], sc[16];
+        _Pragma("GCC unroll 16")
+        for (int ii = 0; ii < 16; ii++)
+            f[ii] = _mm512_castps_si512(scalesk(t, wb + (size_t)ii * rb));
+        transpose16(f, sc);
+        for (int c = 0; c < 4; c++) {
+            const int g = i * per + c * (64 / G);
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < S; k++) {
+                __m512i xb = _mm512_loadu_si512(xs[k] + off[g]), p[16], q[4];
+                _Pragma("GCC unroll 16")
+                for (int ii = 0; ii < 16; ii++)
+                    p[ii] = _mm512_dpbusd_epi32(
+                        _mm512_setzero_si512(),
+                        _mm512_xor_si512(codesk(t, wb + (size_t)ii * rb, c), flip), xb);
+                reduce16(p, q);
+                if (G == 32) {
+                    q[0] = _mm512_add_epi32(q[0], q[1]);
+                    q[1] = _mm512_add_epi32(q[2], q[3]);
+                }
+                for (int j = 0; j < 64 / G; j++) {
+                    const int gl = c * (64 / G) + j; /* sub-block within the block */
+                    __m512i ia = _mm512_add_epi32(_mm512_set1_epi32(ic[k * xst + g + j]), q[j]);
+                    __m512 d = _mm512_set1_ps(dx[k * xst + g + j]);
+                    __m512 xm = min ? _mm512_set1_ps(xsum[k * xst + g + j]) : d;
+                    acc[k] = step(acc[k], ia, _mm512_castsi512_ps(sc[gl]),
+                                  min ? _mm512_castsi512_ps(sc[8 + gl]) : _mm512_setzero_ps(), d,
+                                  xm, min);
+                }
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        _mm512_storeu_ps(y + (size_t)k * ys, acc[k]);
+}
+
+#define ROWSK_S(T)                                                                             \
+    do {                                                                                       \
+        switch (S) {                                                                           \
+        case 4: tile_rowsk(T, ty, W, r, xs, 4, off, ng, dx, ic, xsum, xst, y, ys); break;      \
+        case 3: tile_rowsk(T, ty, W, r, xs, 3, off, ng, dx, ic, xsum, xst, y, ys); break;      \
+        case 2: tile_rowsk(T, ty, W, r, xs, 2, off, ng, dx, ic, xsum, xst, y, ys); break;      \
+        default: tile_rowsk(T, ty, W, r, xs, 1, off, ng, dx, ic, xsum, xst, y, ys); break;     \
+        }                                                                                      \
+    } while (0)
+
+static void rowsk_any(const struct gemm_type *ty, const struct kern_mat *W, int r,
+                      const char *const *xs, int S, const size_t *off, int ng, const float *dx,
+                      const int32_t *ic, const float *xsum, int xst, float *y, size_t ys)
+{
+    switch (W->type) {
+    case GGML_TYPE_Q4_K: ROWSK_S(GGML_TYPE_Q4_K); break;
+    case GGML_TYPE_Q5_K: ROWSK_S(GGML_TYPE_Q5_K); break;
+    case GGML_TYPE_Q6_K: ROWSK_S(GGML_TYPE_Q6_K); break;
+    default: ROWSK_S(GGML_TYPE_IQ4_XS); break;
+    }
+}
+
+/* Few sequences (at most GEMM_NARROW): each group of 16 rows runs over the whole K before
+ * the next (a decode row streams from memory start to end, as matmul's rows do), the
+ * activations' scales and sums prepared once for all of K. Full groups of the 32-element
+ * types take tile_rows32 straight from W; the others are decoded a K chunk at a time into
+ * tmp for tile_narrow. Returns -1 (nothing done) when K is too long for the arrays. */
+static int narrow_rows(const struct gemm_type *ty, const struct kern_mat *W,
+                       const struct kern_act *X, int n_seq, float *Y, int y_stride,
+                       int row_begin, int row_end, struct panel *pan, uint8_t (*tmp)[GEMM_KC])
+{
+    static _Thread_local float dx[GEMM_NARROW * NARROW_MAXG], xsum[GEMM_NARROW * NARROW_MAXG];
+    static _Thread_local int32_t ic[GEMM_NARROW * NARROW_MAXG];
+    static _Thread_local size_t off[NARROW_MAXG];
+    const int ngt = W->cols / ty->g, zero = ty->sgn ? 128 : ty->off, gk = GEMM_KC / ty->g;
+    const char *xs[GEMM_NARROW];
+    if (ngt > NARROW_MAXG)
+        return -1;
+    for (int g = 0; g < ngt; g++)
+        off[g] = gemm_act_off(ty, g);
+    for (int s = 0; s < n_seq; s++) {
+        float *d = dx + s * NARROW_MAXG;
+        int32_t *c = ic + s * NARROW_MAXG;
+        xs[s] = (const char *)X->data + (size_t)s * X->stride;
+        gemm_act_prep(ty, xs[s], 0, ngt, d, c);
+        for (int g = 0; g < ngt; g++) {
+            xsum[s * NARROW_MAXG + g] = d[g] * (float)c[g];
+            c[g] *= -zero;
+        }
+    }
+    for (int r = row_begin; r < row_end; r += 16) {
+        int nr = row_end - r < 16 ? row_end - r : 16;
+        __mmask16 m0 = (__mmask16)((1u << nr) - 1);
+        if (nr == 16) {
+            for (int s = 0; s < n_seq; s += 4) {
+                int S = n_seq - s < 4 ? n_seq - s : 4;
+                size_t o = (size_t)s * NARROW_MAXG;
+                float *y = Y + (size_t)s * y_stride + r;
+                if (ty->act_q8_k)
+                    rowsk_any(ty, W, r, xs + s, S, off, ngt, dx + o, ic + o, xsum + o,
+                              NARROW_MAXG, y, (size_t)y_stride);
+                else
+                    rows32_any(ty, W, r, 0, xs + s, S, off, ngt, dx + o, ic + o, NARROW_MAXG, y,
+                               (size_t)y_stride, 1);
+            }
+            continue;
+        }
+        for (int g0 = 0; g0 < ngt; g0 += gk) {
+            int ng = ngt - g0 < gk ? ngt - g0 : gk;
+            decode(W, ty, r, nr, g0, ng, pan, tmp);
+            for (int s = 0; s < n_seq; s += 4) {
+                size_t o = (size_t)s * NARROW_MAXG + (size_t)g0;
+                narrow_any(ty, pan, tmp, xs + s, n_seq - s < 4 ? n_seq - s : 4, off + g0, ng,
+                           dx + o, ic + o, xsum + o, NARROW_MAXG, Y + (size_t)s * y_stride + r,
+                           (size_t)y_stride, m0, g0 == 0);
+            }
+        }
+    }
+    return 0;
+}
+
+int kern_gemm_avx512_agrees(enum ggml_type t)
+{
+    return !gemm_type_of(t).act_q8_k;
+}
+
 int kern_gemm_avx512(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
                      int y_stride, int row_begin, int row_end)
 {
@@ -166,6 +672,9 @@ int kern_gemm_avx512(const struct kern_mat *W, const struct kern_act *X, int n_s
     static _Thread_local int32_t ic[GEMM_SC * GEMM_MAXG];
     size_t off[GEMM_MAXG];
 
+    if (n_seq <= GEMM_NARROW &&
+        narrow_rows(&ty, W, X, n_seq, Y, y_stride, row_begin, row_end, &pan[0], tmp) == 0)
+        return 0;
     for (int s0 = 0; s0 < n_seq; s0 += GEMM_SC) {
         int ns = n_seq - s0 < GEMM_SC ? n_seq - s0 : GEMM_SC;
         for (int g0 = 0; g0 < ngt; g0 += gk) {

@@ -455,10 +455,18 @@ static void scalar_add(float *restrict y, const float *restrict x, int n)
         y[i] += x[i];
 }
 
+/* gemm is matmul here. */
+static int scalar_rows_agree(enum ggml_type wtype)
+{
+    (void)wtype;
+    return 1;
+}
+
 static const struct kern_ops scalar_ops = {
     .name = "scalar",
     .matmul = scalar_matmul,
     .gemm = scalar_matmul,
+    .rows_agree = scalar_rows_agree,
     .dot_f32 = scalar_dot_f32,
     .dot_f16 = scalar_dot_f16,
     .axpy_f32 = scalar_axpy_f32,

@@ -62,10 +62,15 @@ struct kern_ops {
     /* The same product for prompt rows (prefill), register- and cache-tiled where the set
      * has a tiled kernel for W's type (worker/gemm_*.c), else matmul itself. Its results
      * obey matmul's rule among gemm calls (the same bits whatever n_seq, row range or other
-     * vectors) but may differ from matmul's in float rounding, so a model runs every prompt
-     * row through gemm and every decode row through matmul. */
+     * vectors); where rows_agree says so they are matmul's bits too. A model runs every
+     * prompt row through gemm and every decode row through matmul. */
     void (*gemm)(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
                  int y_stride, int row_begin, int row_end);
+    /* 1 when gemm and matmul give the same bits for weights of wtype (they then share one
+     * reduction order: a prompt row and a decode row of the same input agree), 0 when they
+     * may differ in float rounding. The KV cache shares positions a decode step computed
+     * only where every weight of the model agrees. */
+    int (*rows_agree)(enum ggml_type wtype);
 
     /* sum a[i] * b[i]. */
     float (*dot_f32)(const float *a, const float *b, int n);

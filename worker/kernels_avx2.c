@@ -554,10 +554,18 @@ static void avx2_gemm(const struct kern_mat *W, const struct kern_act *X, int n_
         KSET(matmul)(W, X, n_seq, Y, y_stride, row_begin, row_end);
 }
 
+/* gemm and matmul take one float chain per unit for every type (f88180e). */
+static int avx2_rows_agree(enum ggml_type wtype)
+{
+    (void)wtype;
+    return 1;
+}
+
 static const struct kern_ops ops = {
     .name = KSET_NAME,
     .matmul = KSET(matmul),
     .gemm = avx2_gemm,
+    .rows_agree = avx2_rows_agree,
     .dot_f32 = kern_avx2_dot_f32,
     .dot_f16 = kern_avx2_dot_f16,
     .axpy_f32 = kern_avx2_axpy_f32,

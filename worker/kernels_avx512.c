@@ -466,6 +466,9 @@ static void avx512_matmul(const struct kern_mat *W, const struct kern_act *X, in
                           float *Y, int y_stride, int row_begin, int row_end)
 {
     enum ggml_type t = W->type;
+    if (kern_gemm_avx512_agrees(t) && kern_gemm_avx512(W, X, n_seq, Y, y_stride, row_begin,
+                                                        row_end) == 0)
+        return;
     kern_row_fn ext = kern_avx512_ext_row(t);
     if (ext) {
         int chunk = kern_seq_chunk(X->stride);
@@ -591,6 +594,7 @@ static const struct kern_ops avx512_ops = {
     .name = "avx512",
     .matmul = avx512_matmul,
     .gemm = avx512_gemm,
+    .rows_agree = kern_gemm_avx512_agrees,
     .dot_f32 = kern_avx2_dot_f32,
     .dot_f16 = kern_avx2_dot_f16,
     .axpy_f32 = kern_avx2_axpy_f32,
