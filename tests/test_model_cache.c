@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../worker/kernels.h"
 #include "../worker/model_llama.h"
 #include "lib/model_gen.h"
 
@@ -165,10 +166,11 @@ static void check_batched_prefill(struct model *m, const char *name)
 }
 
 /* A chat's next turn: the prompt re-sends the previous prompt and the tokens generated for
- * it, then more. With reuse its logits equal those of the whole prompt computed afresh: the
- * previous prompt is reused, the answer's positions (computed by decode steps, whose bits
- * need not be a prefill's) are computed again. */
-static void check_resent_answer(struct model *m, const char *name)
+ * it, then more. With reuse its logits equal those of the whole prompt computed afresh. The
+ * answer's positions (computed by decode steps) are reused too where the kernel set's
+ * prompt and decode rows agree (rows_agree: every set for Q8_0 and F32 weights), else
+ * computed again. */
+static void check_resent_answer(struct model *m, const char *name, int answer_reused)
 {
     size_t rows = (size_t)(STEPS + 1) * m->n_vocab;
     float *first = malloc(rows * sizeof(float)), *want = malloc(rows * sizeof(float));
@@ -189,8 +191,9 @@ static void check_resent_answer(struct model *m, const char *name)
         p3[n3++] = argmax(first + (size_t)s * m->n_vocab, m->n_vocab);
     for (int i = 0; i < 20; i++)
         p3[n3++] = 3 + (uint32_t)(i * 11) % (m->n_vocab - 3);
-    if (run(m, 0, p3, n3, 1, got) != N1)
-        fail_msg("%s: expected the previous prompt's %d positions reused", name, N1);
+    int want_reused = answer_reused ? N1 + STEPS : N1, reused = run(m, 0, p3, n3, 1, got);
+    if (reused != want_reused)
+        fail_msg("%s: %d positions reused, expected %d", name, reused, want_reused);
     model_seq_free(m, 0);
     run(m, 0, p3, n3, 0, want); /* computed whole, after: it cannot serve the run above */
     model_seq_free(m, 0);
@@ -201,21 +204,36 @@ static void check_resent_answer(struct model *m, const char *name)
     free(got);
 }
 
+/* Where a set's prompt and decode rows agree for the model's weights, answers are reused;
+ * every set agrees for Q8_0 and F32. */
+static int answer_reused(const struct kern_ops *k, enum ggml_type t)
+{
+    assert_true(k->rows_agree(t));
+    return 1;
+}
+
 static void test_model_cache_stories_outputs_equal_with_and_without_reuse(void **state)
 {
     const char *shared = getenv("KILN_SHARED");
     char path[512], err[256];
-    struct model_llama_opts mo = {.max_sequences = 3, .ctx = 256, .threads = 2, .quiet = 1};
-    struct model *m;
     (void)state;
     snprintf(path, sizeof(path), "%s/models/stories260K.gguf", shared ? shared : "../shared");
-    m = model_llama_create(path, &mo, err, sizeof(err));
-    if (!m)
-        fail_msg("%s", err);
-    check_model(m, "stories260K");
-    check_batched_prefill(m, "stories260K");
-    check_resent_answer(m, "stories260K");
-    model_destroy(m);
+    for (int set = KERN_SET_SCALAR; set <= KERN_SET_AVX512; set++) {
+        const struct kern_ops *k = kern_ops_get((enum kern_set)set);
+        struct model_llama_opts mo = {.max_sequences = 3, .ctx = 256, .threads = 2, .quiet = 1,
+                                      .kernels = k};
+        char name[64];
+        struct model *m;
+        if (!k)
+            continue;
+        snprintf(name, sizeof(name), "stories260K (%s)", k->name);
+        if (!(m = model_llama_create(path, &mo, err, sizeof(err))))
+            fail_msg("%s", err);
+        check_model(m, name);
+        check_batched_prefill(m, name);
+        check_resent_answer(m, name, answer_reused(k, GGML_TYPE_F32)); /* F32 weights */
+        model_destroy(m);
+    }
 }
 
 static void test_model_cache_every_architecture_outputs_equal_with_and_without_reuse(void **state)
@@ -227,19 +245,27 @@ static void test_model_cache_every_architecture_outputs_equal_with_and_without_r
         struct model_gen_opts o = {.arch = archs[i], .dim = 64, .layers = 4, .heads = 4,
                                    .kv_heads = 2, .ffn = 128, .ctx = 256,
                                    .type = GGML_TYPE_Q8_0, .seed = 5, .peak = 4.0f};
-        struct model_llama_opts mo = {.max_sequences = 3, .ctx = 256, .threads = 2, .quiet = 1};
         char path[128], err[256];
-        struct model *m;
         if (!strncmp(archs[i], "gemma", 5))
             o.window = 20; /* local layers see 20 positions: reads cross blocks */
         snprintf(path, sizeof(path), "%s/%s.gguf", dir, archs[i]);
         assert_int_equal(model_gen_write(&o, path, err, sizeof(err)), 0);
-        if (!(m = model_llama_create(path, &mo, err, sizeof(err))))
-            fail_msg("%s: %s", archs[i], err);
-        check_model(m, archs[i]);
-        check_batched_prefill(m, archs[i]);
-        check_resent_answer(m, archs[i]);
-        model_destroy(m);
+        for (int set = KERN_SET_SCALAR; set <= KERN_SET_AVX512; set++) {
+            const struct kern_ops *k = kern_ops_get((enum kern_set)set);
+            struct model_llama_opts mo = {.max_sequences = 3, .ctx = 256, .threads = 2,
+                                          .quiet = 1, .kernels = k};
+            char name[64];
+            struct model *m;
+            if (!k)
+                continue;
+            snprintf(name, sizeof(name), "%s (%s)", archs[i], k->name);
+            if (!(m = model_llama_create(path, &mo, err, sizeof(err))))
+                fail_msg("%s: %s", name, err);
+            check_model(m, name);
+            check_batched_prefill(m, name);
+            check_resent_answer(m, name, answer_reused(k, GGML_TYPE_Q8_0));
+            model_destroy(m);
+        }
     }
 }
 

@@ -24,8 +24,8 @@ struct kv_blk {
 struct kv_slot {
     bool active;
     uint32_t len, n_blocks, reserved;
-    uint32_t shared_end; /* positions before it came from prefills and may be shared; those
-                          * after, from decode steps, are not (UINT32_MAX: all) */
+    uint32_t shared_end; /* positions before it were committed shareable; those
+                          * after are not (UINT32_MAX: all) */
     uint64_t last_hash; /* chain hash of the last full block, 0 before the first */
     uint32_t *table;    /* (max_blocks) */
     uint32_t *tokens;   /* (max_blocks * KV_BLOCK) */
@@ -339,11 +339,11 @@ int kv_cache_grow(struct kv_cache *c, int slot, uint32_t n)
 }
 
 void kv_cache_commit(struct kv_cache *c, int slot, const uint32_t *tokens, uint32_t n,
-                     bool prefill)
+                     bool shareable)
 {
     struct kv_slot *s = &c->slots[slot];
 
-    if (!prefill && s->shared_end == UINT32_MAX)
+    if (!shareable && s->shared_end == UINT32_MAX)
         s->shared_end = s->len;
 
     for (uint32_t i = 0; i < n; i++) {

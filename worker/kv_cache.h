@@ -54,13 +54,14 @@ int kv_cache_begin(struct kv_cache *c, int slot, const uint32_t *prompt, uint32_
  * past it only from blocks no other slot reserved. Returns 0 or -ENOSPC. */
 int kv_cache_grow(struct kv_cache *c, int slot, uint32_t n);
 
-/* Records that positions [len, len + n) of slot now hold tokens' keys and values, computed
- * by a prefill (prefill) or a decode step: the length advances and each block filled is
- * indexed (unless an equal one is). Positions from decode steps, and every one after them,
- * are never shared: a decode step's arithmetic need not give a prefill's bits (the AVX-512
- * prompt kernels), and a prompt that links a block must get what computing it would. */
+/* Records that positions [len, len + n) of slot now hold tokens' keys and values: the
+ * length advances and each block filled is indexed (unless an equal one is). shareable:
+ * a prompt computing these positions would get the same bits (a prefill's, or a decode
+ * step's where the kernels' prompt and decode rows agree, kern_ops.rows_agree). From the
+ * first position that is not, nothing more of the slot is shared: a prompt that links a
+ * block must get what computing it would. */
 void kv_cache_commit(struct kv_cache *c, int slot, const uint32_t *tokens, uint32_t n,
-                     bool prefill);
+                     bool shareable);
 
 /* Positions slot holds. */
 uint32_t kv_cache_len(const struct kv_cache *c, int slot);

@@ -508,7 +508,7 @@ static int llama_decode_batch(struct model *m, const int *slots, const uint32_t 
                 logits_rows(L, r, 1, logits + (size_t)L->row_of[r] * L->c.n_vocab);
         }
         for (int r = 0; r < rows; r++)
-            kv_cache_commit(L->kvc, L->row_slot[r], &L->row_tok[r], 1, false);
+            kv_cache_commit(L->kvc, L->row_slot[r], &L->row_tok[r], 1, L->decode_shared);
     }
     return n;
 }

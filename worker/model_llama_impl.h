@@ -143,6 +143,8 @@ struct llama {
     size_t attn_scratch_per;
     int attn_nh, attn_hchunks; /* attn.c, the run in progress: query heads per task */
     const struct attn_kern *attn_kern; /* attn_kern_for(the kernel set), chosen at load */
+    bool decode_shared; /* the kernels' prompt and decode rows agree for every weight (rows_agree):
+                         * positions decode steps computed are shared in the KV cache too */
     uint32_t *row_tok;   /* (nb) */
 
     /* The pool run in progress. */

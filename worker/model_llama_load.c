@@ -458,6 +458,14 @@ struct model *model_llama_create(const char *path, const struct model_llama_opts
     if (alloc_state(L, max_seq, err, errlen) < 0)
         goto fail;
     L->attn_kern = attn_kern_for(L->k->name);
+    L->decode_shared = L->k->rows_agree(L->output.type);
+    for (int l = 0; l < L->c.n_layers; l++) {
+        const struct llama_layer *ly = &L->layers[l];
+        const struct kern_mat *ms[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo,
+                                       &ly->w_gate, &ly->w_up, &ly->w_down};
+        for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
+            L->decode_shared = L->decode_shared && L->k->rows_agree(ms[i]->type);
+    }
     if (!(L->pool = threadpool_create(L->n_threads))) {
         msg(err, errlen, "cannot start %d threads: %s", L->n_threads, strerror(errno));
         goto fail;
