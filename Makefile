@@ -51,6 +51,7 @@ $(B)/obj/worker/kernels_avx512_ext.o: override CFLAGS += -mavx512f -mavx512bw -m
 $(B)/obj/worker/gemm_avx512.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl \
                                    -mavx512vnni -mavx2 -mfma -mf16c
 $(B)/obj/worker/gemm_avx2.o: override CFLAGS += -mavx2 -mfma -mf16c
+$(B)/obj/worker/gemm_avxvnni.o: override CFLAGS += -mavx2 -mfma -mf16c -mavxvnni
 
 .PHONY: all bins tests benches test test-unit test-asan test-tsan test-openai test-oracle oracle \
         test-webui bench run deps deps-test deps-browser fuzz fuzz-gguf fuzz-toolcall fuzz-http \

@@ -16,5 +16,8 @@ int kern_gemm_avx512(const struct kern_mat *W, const struct kern_act *X, int n_s
 int kern_gemm_avx512_agrees(enum ggml_type t);
 int kern_gemm_avx2(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
                    int y_stride, int row_begin, int row_end);
+/* gemm_avx2.c built with -mavxvnni (gemm_avxvnni.c): the same results. */
+int kern_gemm_avxvnni(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
+                      int y_stride, int row_begin, int row_end);
 
 #endif

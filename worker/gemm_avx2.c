@@ -15,6 +15,12 @@
 #include "gemm_decode.h"
 #include "kernels_simd.h"
 
+#ifdef __AVXVNNI__
+#define GEMM_FN kern_gemm_avxvnni
+#else
+#define GEMM_FN kern_gemm_avx2
+#endif
+
 #define GEMM_SC 128
 
 #define GEMM_MAXSB (GEMM_KC / QUANT_QK_K)
@@ -137,6 +143,15 @@ static AI void tile(const struct panel *P, const char *const *xs, const int S, c
                 memcpy(&v0, xs[k] + off[g] + 4 * t, 4);
                 memcpy(&v1, xs[k] + off[g] + 4 * t + 4, 4);
                 __m256i x0 = _mm256_set1_epi32(v0), x1 = _mm256_set1_epi32(v1);
+#ifdef __AVXVNNI__
+                /* the same four-product sums, accumulated in int32 */
+                if (sgn) {
+                    x0 = _mm256_sign_epi8(x0, w0);
+                    x1 = _mm256_sign_epi8(x1, w1);
+                }
+                ia[k] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(ia[k], a0, x0), a1, x1);
+                (void)ones;
+#else
                 if (sgn) {
                     /* |w| x sign(w) x: each pair at most 2 * 128 * 127, apart */
                     __m256i p0 = _mm256_maddubs_epi16(a0, _mm256_sign_epi8(x0, w0));
@@ -149,6 +164,7 @@ static AI void tile(const struct panel *P, const char *const *xs, const int S, c
                                                  _mm256_maddubs_epi16(a1, x1));
                     ia[k] = _mm256_add_epi32(ia[k], _mm256_madd_epi16(p, ones));
                 }
+#endif
             }
         }
         __m256 sc = _mm256_load_ps(P->scale[g]);
@@ -192,6 +208,9 @@ static AI void tile_k(const struct panel *P, const char *const *xs, const int S,
         for (int j = 0; j < per; j++) {
             int g = sb * per + j;
             __m256i sc = _mm256_load_si256((const __m256i *)P->isc[g]);
+#ifdef __AVXVNNI__
+            __m256i sc_lo = _mm256_and_si256(sc, _mm256_set1_epi32(0xffff));
+#endif
             const __m256i *c = &P->codes[g * (G / 4)];
             _Pragma("GCC unroll 4")
             for (int t = 0; t < G / 4; t += 2) {
@@ -209,9 +228,26 @@ static AI void tile_k(const struct panel *P, const char *const *xs, const int S,
                         ia[k] = _mm256_add_epi32(ia[k], _mm256_add_epi32(_mm256_madd_epi16(p0, sc),
                                                                          _mm256_madd_epi16(p1, sc)));
                     } else {
+#ifdef __AVXVNNI__
+                        /* four-product sums (Q6_K's codes <= 63: |sum| <= 32256) or, for
+                         * codes <= 31, eight-product ones (<= 31744), each its low int16,
+                         * times the scale zero-extended: vpdpwssd's high half meets a 0 */
+                        const __m256i z = _mm256_setzero_si256();
+                        if (z32) {
+                            ia[k] = _mm256_dpwssd_avx_epi32(
+                                ia[k], _mm256_dpbusd_avx_epi32(z, a0, x0), sc_lo);
+                            ia[k] = _mm256_dpwssd_avx_epi32(
+                                ia[k], _mm256_dpbusd_avx_epi32(z, a1, x1), sc_lo);
+                        } else {
+                            __m256i p = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(z, a0, x0),
+                                                                a1, x1);
+                            ia[k] = _mm256_dpwssd_avx_epi32(ia[k], p, sc_lo);
+                        }
+#else
                         __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(a0, x0),
                                                      _mm256_maddubs_epi16(a1, x1));
                         ia[k] = _mm256_add_epi32(ia[k], _mm256_madd_epi16(p, sc));
+#endif
                     }
                 }
             }
@@ -286,8 +322,8 @@ static void tile_any(const struct panel *P, const char *const *xs, int S, const 
         TILE_S(16, 0, 0);
 }
 
-int kern_gemm_avx2(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
-                   int y_stride, int row_begin, int row_end)
+int GEMM_FN(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
+            int y_stride, int row_begin, int row_end)
 {
     struct gemm_type ty = gemm_type_of(W->type);
     if (!ty.g || ((ty.min || ty.sgn) && ty.g != 32) || (ty.act_q8_k && ty.off && ty.off != 32))

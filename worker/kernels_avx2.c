@@ -550,7 +550,11 @@ void kern_avx2_add(float *restrict y, const float *restrict x, int n)
 static void avx2_gemm(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
                       int y_stride, int row_begin, int row_end)
 {
+#ifdef __AVXVNNI__
+    if (kern_gemm_avxvnni(W, X, n_seq, Y, y_stride, row_begin, row_end) < 0)
+#else
     if (kern_gemm_avx2(W, X, n_seq, Y, y_stride, row_begin, row_end) < 0)
+#endif
         KSET(matmul)(W, X, n_seq, Y, y_stride, row_begin, row_end);
 }
 
