@@ -136,8 +136,12 @@ static AI void tile(const struct panel *const *P, const int R, const char *const
             __m512 d = _mm512_set1_ps(dx[k * GEMM_MAXG + g]);
             __m512 xm = min ? _mm512_set1_ps(xsum[k * GEMM_MAXG + g]) : d;
             _Pragma("GCC unroll 2")
-            for (int r = 0; r < R; r++)
-                acc[r][k] = step(acc[r][k], ia[r][k], sc[r], bi[r], d, xm, min);
+            for (int r = 0; r < R; r++) {
+                acc[r][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][k]), _mm512_mul_ps(sc[r], d),
+                                            acc[r][k]);
+                if (min) /* step()'s operations, written out: the panel tile's registers */
+                    acc[r][k] = _mm512_fnmadd_ps(bi[r], xm, acc[r][k]);
+            }
         }
     }
     _Pragma("GCC unroll 2")
