@@ -173,5 +173,8 @@ void kern_avx2_add(float *restrict y, const float *restrict x, int n);
 void kern_avx2_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 void kern_avx2_softmax(float *x, int n);
 void kern_avx2_swiglu(float *out, const float *gate, const float *up, int n);
+/* kernels_act_avx2.c: kern_quantize_act's bytes, Q8_0 and Q8_K 8 lanes at a time. */
+int kern_avx2_quantize_act(enum ggml_type wtype, const float *restrict x, int n,
+                           void *restrict out);
 
 #endif /* KERNELS_H */

@@ -578,7 +578,7 @@ static const struct kern_ops ops = {
     .softmax = kern_avx2_softmax,
     .swiglu = kern_avx2_swiglu,
     .add = kern_avx2_add,
-    .quantize_act = kern_quantize_act,
+    .quantize_act = kern_avx2_quantize_act,
 };
 
 const struct kern_ops *KSET_TABLE(void)
