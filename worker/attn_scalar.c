@@ -5,38 +5,11 @@
 
 #include "attn_kern.h"
 #include "quant.h"
-
-/* exp by 2^n * e^r, r = x - n ln 2 in two parts (Cody and Waite), e^r by a degree-7
- * polynomial (Cephes' expf coefficients), every step an FMA or a product in this order so
- * the vector sets can repeat it lane by lane. */
-#define EXP_LOG2E 1.44269504088896341f
-#define EXP_C1    0.693359375f
-#define EXP_C2    (-2.12194440e-4f)
-#define EXP_P0    1.9875691500e-4f
-#define EXP_P1    1.3981999507e-3f
-#define EXP_P2    8.3334519073e-3f
-#define EXP_P3    4.1665795894e-2f
-#define EXP_P4    1.6666665459e-1f
-#define EXP_P5    5.0000001201e-1f
-#define EXP_MIN   (-87.0f)
+#include "vexp.h"
 
 float attn_exp(float x)
 {
-    float xc = x < EXP_MIN ? EXP_MIN : x, n, r, p, y, two;
-    uint32_t bits;
-
-    n = rintf(xc * EXP_LOG2E);
-    r = fmaf(n, -EXP_C1, xc);
-    r = fmaf(n, -EXP_C2, r);
-    p = fmaf(EXP_P0, r, EXP_P1);
-    p = fmaf(p, r, EXP_P2);
-    p = fmaf(p, r, EXP_P3);
-    p = fmaf(p, r, EXP_P4);
-    p = fmaf(p, r, EXP_P5);
-    y = fmaf(p, r * r, r) + 1.0f;
-    bits = (uint32_t)((int32_t)n + 127) << 23;
-    memcpy(&two, &bits, sizeof two);
-    return x < EXP_MIN ? 0.0f : y * two;
+    return vexp_f32(x);
 }
 
 static float round16(float x)

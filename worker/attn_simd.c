@@ -7,19 +7,9 @@
 
 #include "attn_kern.h"
 #include "kv_cache.h"
+#include "vexp.h"
 
 _Static_assert(KV_BLOCK == 16, "the tiles below cover a block of 16 keys");
-
-#define EXP_LOG2E 1.44269504088896341f
-#define EXP_C1    0.693359375f
-#define EXP_C2    (-2.12194440e-4f)
-#define EXP_P0    1.9875691500e-4f
-#define EXP_P1    1.3981999507e-3f
-#define EXP_P2    8.3334519073e-3f
-#define EXP_P3    4.1665795894e-2f
-#define EXP_P4    1.6666665459e-1f
-#define EXP_P5    5.0000001201e-1f
-#define EXP_MIN   (-87.0f)
 
 #define RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -28,24 +18,6 @@ _Static_assert(KV_BLOCK == 16, "the tiles below cover a block of 16 keys");
 #define AVX512I __attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline
 
 /* ---- AVX2 ---------------------------------------------------------------------------- */
-
-/* attn_exp, 8 lanes. */
-AVX2I __m256 exp8(__m256 x)
-{
-    __m256 xc = _mm256_max_ps(x, _mm256_set1_ps(EXP_MIN));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(EXP_LOG2E)), RNE);
-    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-EXP_C1), xc);
-    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-EXP_C2), r);
-    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(EXP_P0), r, _mm256_set1_ps(EXP_P1));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P5));
-    __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(EXP_MIN), _CMP_LT_OQ), y);
-}
 
 /* Keys [ub, ub + NK) of kf, NV vectors of 8 lanes. */
 AVX2I void sc_avx2(float *S, const float *Qt, const float *kf, int ub, int u0, int u1, int hd,
@@ -106,7 +78,7 @@ static AVX2 void softmax_avx2(float *S, int n, int nv)
             m = _mm256_max_ps(m, _mm256_loadu_ps(s + t * ATTN_LANES));
         m = _mm256_andnot_ps(_mm256_cmp_ps(m, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ), m);
         for (int t = 0; t < n; t++) {
-            __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t * ATTN_LANES), m));
+            __m256 e = vexp8(_mm256_sub_ps(_mm256_loadu_ps(s + t * ATTN_LANES), m));
             _mm256_storeu_ps(s + t * ATTN_LANES, e);
             sum = _mm256_add_ps(sum, e);
         }
@@ -199,23 +171,6 @@ const struct attn_kern attn_kern_avx2 = {
 
 /* ---- AVX-512: all 16 lanes in one register --------------------------------------------- */
 
-AVX512I __m512 exp16(__m512 x)
-{
-    __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(EXP_MIN));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(EXP_LOG2E)), RNE);
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-EXP_C1), xc);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-EXP_C2), r);
-    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(EXP_P0), r, _mm512_set1_ps(EXP_P1));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P5));
-    __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    y = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
-    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_MIN), _CMP_GE_OQ), y);
-}
-
 static AVX512 void scores_avx512(float *S, const float *Qt, const float *kf, int u0, int u1,
                                  int hd, int nv, float scale)
 {
@@ -245,7 +200,7 @@ static AVX512 void softmax_avx512(float *S, int n, int nv)
         m = _mm512_max_ps(m, _mm512_loadu_ps(S + t * ATTN_LANES));
     m = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(m, _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ), m);
     for (int t = 0; t < n; t++) {
-        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(S + t * ATTN_LANES), m));
+        __m512 e = vexp16(_mm512_sub_ps(_mm512_loadu_ps(S + t * ATTN_LANES), m));
         _mm512_storeu_ps(S + t * ATTN_LANES, e);
         sum = _mm512_add_ps(sum, e);
     }

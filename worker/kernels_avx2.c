@@ -18,6 +18,7 @@
 #include "gemm_decode.h"
 #include "kernels_simd.h"
 #include "quant.h"
+#include "vexp.h"
 
 /* ---- the types gemm_avx2.c tiles (see there), as decode rows ----
  * Per (row, sequence) the result is the chain gemm_avx2.c computes, unit by unit (a 32-element
@@ -528,11 +529,21 @@ void kern_avx2_softmax(float *x, int n)
         x[i] *= 1.0f / sum;
 }
 
+/* silu(g) * up = g / (1 + e^-g) * up, with t = e^-|g| (vexp.h, which takes x <= 0): g / (1 + t)
+ * for g >= 0, g t / (1 + t) below. */
 void kern_avx2_swiglu(float *out, const float *gate, const float *up, int n)
 {
-    for (int i = 0; i < n; i++) {
-        float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 t = vexp8(_mm256_or_ps(g, _mm256_set1_ps(-0.0f)));
+        __m256 num = _mm256_blendv_ps(g, _mm256_mul_ps(g, t), g);
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(num, _mm256_add_ps(_mm256_set1_ps(1.0f), t)),
+                                                _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++) {
+        float g = gate[i], t = vexp_f32(-fabsf(g));
+        out[i] = (g < 0.0f ? g * t : g) / (1.0f + t) * up[i];
     }
 }
 
