@@ -646,6 +646,29 @@ static void test_kernels_rope_factors_slow_each_pair(void **state)
     assert_true(cs[2] != ref[2]);
 }
 
+/* The cache's F16 conversion (F16C where the CPU has it) writes quant_f32_to_f16's bits:
+ * normal, subnormal, overflowing, infinite values, exact ties, any length. */
+static void test_kernels_f32_to_f16_matches_scalar_bits(void **state)
+{
+    enum { N = 1000 };
+    float x[N];
+    uint16_t h[N];
+    unsigned seed = 99;
+    (void)state;
+    for (int i = 0; i < N; i++)
+        x[i] = frand(&seed) * (i % 5 == 0 ? 1e-6f : i % 5 == 1 ? 7e4f : 30.0f);
+    x[3] = INFINITY;
+    x[4] = -INFINITY;
+    x[6] = 1.0f + 1.0f / 2048.0f; /* halfway between two F16 values */
+    x[7] = 65520.0f;              /* rounds to infinity */
+    for (int n = 0; n <= N; n += n < 20 ? 1 : 97) {
+        memset(h, 0, sizeof h);
+        kern_f32_to_f16(h, x, n);
+        for (int i = 0; i < n; i++)
+            assert_int_equal(h[i], quant_f32_to_f16(x[i]));
+    }
+}
+
 /* Every set's quantize_act writes the scalar quantizer's bytes: random rows, a zero block,
  * exact halves after scaling, a NaN and huge values. */
 static void test_kernels_quantize_act_matches_scalar_bytes(void **state)
@@ -786,6 +809,7 @@ int main(void)
         cmocka_unit_test(test_kernels_rope_rotates_pairs_by_position),
         cmocka_unit_test(test_kernels_rope_factors_slow_each_pair),
         cmocka_unit_test(test_kernels_quantize_act_matches_scalar_bytes),
+        cmocka_unit_test(test_kernels_f32_to_f16_matches_scalar_bits),
         cmocka_unit_test(test_kernels_get_row_decodes_every_type),
         cmocka_unit_test(test_kernels_select_honours_env),
         cmocka_unit_test(test_kernels_act_sizes_follow_weight_type),
