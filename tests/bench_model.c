@@ -23,7 +23,10 @@
  * (llama.cpp's CPU / kiln's, for the prompt and for decode at batch 1, 8 and 16: above 1 is
  * kiln cheaper; with KILN_THREADS=1 the steadier measure on a shared machine). kiln and llama.cpp alternate, KILN_BENCH_ROUNDS times (default
  * 2) per model, and the ratios take each side's best. Without node (or the package) the
- * llama.cpp part is skipped with a message.
+ * llama.cpp part is skipped with a message. With KILN_KERNELS=avx2 (avxvnni) llama.cpp runs
+ * the package's haswell (alderlake) ggml CPU backend, the same instruction sets, otherwise
+ * the one ggml picks for the CPU (env KILN_LLAMA_CPU=VARIANT forces one); the ratio line
+ * names both sides' code paths.
  * The prefill line also states the fraction of the machine's peak int8 multiply-add rate it
  * reaches, both by CPU time so that other work on the machine does not move it: matrix
  * multiply-adds per token (the layers' weights; attention and the output matrix left out)
@@ -105,9 +108,10 @@ static void figs_best(struct figs *best, const struct figs *f)
 }
 
 /* llama.cpp on the same file through tests/reference/bench_llama.mjs; prints its line and
- * fills *f. 0, or -1 when the reference cannot run (said once). */
+ * fills *f and cpu (cap bytes: the ggml CPU backend it ran, e.g. libggml-cpu-haswell.so when
+ * KILN_KERNELS=avx2). 0, or -1 when the reference cannot run (said once). */
 static int bench_llama(const char *path, int plen, int steps, int threads, const char *bl,
-                       struct figs *f)
+                       struct figs *f, char *cpu, size_t cap)
 {
     const char *mods = getenv("KILN_LLAMA_MODULES");
     char probe[600], cmd[1400], line[256];
@@ -135,8 +139,12 @@ static int bench_llama(const char *path, int plen, int steps, int threads, const
         return -1;
     }
     int found = 0;
+    char name[64];
     while (fgets(line, sizeof(line), fp)) {
-        if (sscanf(line, "llama.cpp prompt %lf tok/s decode %lf tok/s cpu %lf ms %lf", &p, &d,
+        if (sscanf(line, "llama.cpp cpu backend %63s", name) == 1) {
+            snprintf(cpu, cap, "%s", name);
+            printf("  llama.cpp runs ggml's CPU backend %s\n", name);
+        } else if (sscanf(line, "llama.cpp prompt %lf tok/s decode %lf tok/s cpu %lf ms %lf", &p, &d,
                    &pc, &dc) == 4) {
             found = 1;
             printf("  llama.cpp (node-llama-cpp 3.21.1): prompt %d tokens %.1f tok/s (%.0f CPU "
@@ -280,7 +288,7 @@ static void bench_pair(const char *path, int threads, double bw, double bwc, dou
     const char *r = getenv("KILN_BENCH_ROUNDS");
     int rounds = r && atoi(r) > 0 ? atoi(r) : 2, plen = 128, steps = 8, have = 0;
     struct figs kb = {0}, lb = {0}, f;
-    char bl[32] = "";
+    char bl[32] = "", cpu[64] = "?";
 
     static const int def_batches[] = {1, 4, 8, 16};
     int batches[8], nb = env_list("KILN_BENCH_BATCHES", def_batches, 4, batches, 8);
@@ -294,7 +302,7 @@ static void bench_pair(const char *path, int threads, double bw, double bwc, dou
         bench_one(path, threads, bw, bwc, peak, macs, &f, &plen, &steps);
         figs_best(&kb, &f);
         fflush(stdout);
-        if (bench_llama(path, plen, steps, threads, bl, &f) < 0)
+        if (bench_llama(path, plen, steps, threads, bl, &f, cpu, sizeof(cpu)) < 0)
             break;
         have = 1;
         figs_best(&lb, &f);
@@ -302,9 +310,10 @@ static void bench_pair(const char *path, int threads, double bw, double bwc, dou
     }
     if (!have)
         return;
-    printf("  kiln / llama.cpp (best of %d alternating rounds): prompt %d tokens %.2fx, decode "
-           "batch 1 %.2fx, batch 8 %.2fx, batch 16 %.2fx; by CPU time: prompt %.2fx, decode "
-           "batch 1 %.2fx, batch 8 %.2fx, batch 16 %.2fx\n", rounds, plen,
+    printf("  kiln %s / llama.cpp %s (best of %d alternating rounds): prompt %d tokens %.2fx, "
+           "decode batch 1 %.2fx, batch 8 %.2fx, batch 16 %.2fx; by CPU time: prompt %.2fx, "
+           "decode batch 1 %.2fx, batch 8 %.2fx, batch 16 %.2fx\n", kern_ops_select()->name,
+           cpu, rounds, plen,
            ratio(kb.prompt, lb.prompt), ratio(kb.d1, lb.d1), ratio(kb.d8, lb.d8),
            ratio(kb.d16, lb.d16), ratio(lb.pcpu, kb.pcpu), ratio(lb.dcpu, kb.dcpu),
            ratio(lb.c8, kb.c8), ratio(lb.c16, kb.c16));

@@ -12,7 +12,17 @@
 // gathers the B pending evaluations into one llama_decode of B tokens, so this is
 // llama.cpp's own batched decode of B sequences. node-llama-cpp is found in the
 // node_modules beside this script, or in the directory env KILN_LLAMA_MODULES names.
+// The package's prebuilt llama.cpp ships one ggml CPU backend per x86 level
+// (libggml-cpu-haswell.so, -alderlake, -skylakex, -icelake, -sapphirerapids, ...), and ggml
+// loads the one that scores best on this CPU from the addon's directory. With env
+// KILN_LLAMA_CPU=VARIANT (or KILN_KERNELS=avx2 / avxvnni, which pick haswell / alderlake: the
+// same instruction sets as kiln's path) the script builds a node_modules in a temp directory
+// with node-llama-cpp and its platform package hard-linked file by file (the other packages
+// as symlinks), leaving out every other libggml-cpu-*.so, so that variant is the only one
+// ggml can load. It prints "llama.cpp cpu backend NAME" (the .so ggml loaded) before its figures.
+import fs from "node:fs";
 import {createRequire} from "node:module";
+import os from "node:os";
 import path from "node:path";
 import {pathToFileURL} from "node:url";
 
@@ -23,15 +33,65 @@ if (!modelPath) {
     process.exit(2);
 }
 const here = path.dirname(new URL(import.meta.url).pathname);
-const base = process.env.KILN_LLAMA_MODULES ?? here;
+let base = process.env.KILN_LLAMA_MODULES ?? here;
+const variantFor = {avx2: "haswell", avxvnni: "alderlake"};
+const variant = process.env.KILN_LLAMA_CPU || variantFor[process.env.KILN_KERNELS ?? ""] || "";
+let tmp = null;
+if (variant) {
+    const mods = fs.existsSync(path.join(base, "node_modules")) ? path.join(base, "node_modules")
+                                                                 : base;
+    const plat = `${process.platform}-${process.arch}`;
+    const so = `libggml-cpu-${variant}.so`;
+    const link = (from, to) => {
+        if (fs.lstatSync(from).isDirectory()) {
+            fs.mkdirSync(to);
+            for (const e of fs.readdirSync(from))
+                if (!/^libggml-cpu-.*\.so$/.test(e) || e === so)
+                    link(path.join(from, e), path.join(to, e));
+        } else {
+            try {
+                fs.linkSync(from, to);
+            } catch {
+                fs.copyFileSync(from, to);
+            }
+        }
+    };
+    if (!fs.existsSync(path.join(mods, "@node-llama-cpp", plat, "bins", plat, so))) {
+        console.error(`no ${so} in ${mods}/@node-llama-cpp/${plat}`);
+        process.exit(1);
+    }
+    tmp = fs.mkdtempSync(path.join(os.tmpdir(), "kiln-llama-"));
+    process.on("exit", () => fs.rmSync(tmp, {recursive: true, force: true}));
+    for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"])
+        process.on(sig, () => process.exit(1));
+    const out = path.join(tmp, "node_modules");
+    fs.mkdirSync(path.join(out, "@node-llama-cpp"), {recursive: true});
+    for (const e of fs.readdirSync(mods))
+        if (e !== "node-llama-cpp" && e !== "@node-llama-cpp" && !e.startsWith("."))
+            fs.symlinkSync(path.join(mods, e), path.join(out, e));
+    link(path.join(mods, "node-llama-cpp"), path.join(out, "node-llama-cpp"));
+    link(path.join(mods, "@node-llama-cpp", plat), path.join(out, "@node-llama-cpp", plat));
+    base = tmp;
+}
 const req = createRequire(path.join(base, "package.json"));
 const {getLlama} = await import(pathToFileURL(req.resolve("node-llama-cpp")).href);
 
 const plen = Number(plenArg ?? 128), steps = Number(stepsArg ?? 8), threads = Number(threadsArg ?? 2);
 const batches = (batchesArg ?? "").split(",").map(Number).filter(b => b > 1);
 const stepsB = Number(stepsBArg ?? 4);
-const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
+// ggml says which CPU backend it loaded at "log" level; errors still go to stderr
+let backend = "";
+const logger = (level, msg) => {
+    const m = /loaded CPU backend from .*\/(libggml-cpu-[^/]*\.so)/.exec(msg);
+    if (m)
+        backend = m[1];
+    else if (level === "error" || level === "fatal")
+        console.error(msg.trimEnd());
+};
+const llama = await getLlama({gpu: false, build: "never", logLevel: "log", logger});
 const model = await llama.loadModel({modelPath, defaultContextFlashAttention: false});
+// the addon's log lines reach the logger asynchronously: by now the backend's has
+console.log(`llama.cpp cpu backend ${backend || "unknown"}`);
 const ctx = await model.createContext({contextSize: 1024, batchSize: 512, sequences: 1, threads,
                                        flashAttention: false});
 const seq = ctx.getSequence();
