@@ -425,22 +425,104 @@ static bool is_blank(char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
 }
 
-long tokenizer_encode_masked(const struct tokenizer *t, const char *text, size_t len,
-                             unsigned flags, const struct tokenizer_span *plain, size_t n_plain,
-                             uint32_t *out, size_t cap)
+/* Whether the pieces of ids are exactly the bytes text[0, len). */
+static bool pieces_are(const struct tokenizer *t, const uint32_t *ids, size_t n,
+                       const char *text, size_t len)
+{
+    char buf[512];
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        int k = tokenizer_piece(t, ids[i], true, buf, sizeof(buf));
+        if (k < 0 || (size_t)k > sizeof(buf) || (size_t)k > len - at ||
+            memcmp(buf, text + at, (size_t)k) != 0)
+            return false;
+        at += (size_t)k;
+    }
+    return at == len;
+}
+
+/* The tokens of the plain run text[start, end) from byte from on (start < from < end),
+ * into o, when the run's encoding splits there: it is some tokens whose pieces are exactly
+ * text[start, from), then the encoding of text[from, end) alone. Only byte-level BPE runs
+ * can (its pre-tokenizer cuts words; SentencePiece encodes a run as one). -ESRCH when not. */
+static int plain_tail(const struct tokenizer *t, const char *text, size_t start, size_t end,
+                      size_t from, struct tok_out *o)
+{
+    struct tok_out whole = {0}, tail = {0};
+    int err = -ESRCH;
+
+    if (t->kind != TOKENIZER_KIND_BPE)
+        return -ESRCH;
+    /* a byte-level word of L bytes is at most L tokens */
+    whole.cap = end - start;
+    tail.cap = end - from;
+    whole.ids = malloc(whole.cap * sizeof(uint32_t));
+    tail.ids = malloc(tail.cap * sizeof(uint32_t));
+    if (!whole.ids || !tail.ids) {
+        err = -ENOMEM;
+        goto out;
+    }
+    if ((err = tok_bpe_encode(t, text + start, end - start, &whole)) < 0 ||
+        (err = tok_bpe_encode(t, text + from, end - from, &tail)) < 0)
+        goto out;
+    err = -ESRCH;
+    if (whole.n > whole.cap || tail.n > tail.cap || tail.n > whole.n)
+        goto out;
+    size_t head = whole.n - tail.n;
+    if (memcmp(whole.ids + head, tail.ids, tail.n * sizeof(uint32_t)) != 0 ||
+        !pieces_are(t, whole.ids, head, text + start, from - start))
+        goto out;
+    for (size_t i = 0; i < tail.n; i++)
+        tok_out_push(o, tail.ids[i]);
+    err = 0;
+out:
+    free(whole.ids);
+    free(tail.ids);
+    return err;
+}
+
+/* The plain run text[start, end) into o, as far as it lies at or past from: *at says
+ * whether the output has reached from already (at a point where the encoding starts
+ * afresh); a run that holds from is cut there by plain_tail(). */
+static int plain_from(const struct tokenizer *t, const char *text, size_t start, size_t end,
+                      bool prev_special, size_t from, bool *at, struct tok_out *o)
+{
+    int err;
+    if (*at)
+        return encode_plain(t, text + start, end - start, prev_special, o);
+    if (end <= from)
+        return 0; /* wholly before from */
+    if (from < start)
+        return -ESRCH; /* from is in text the encoding dropped */
+    if (from == start) {
+        *at = true;
+        return encode_plain(t, text + start, end - start, prev_special, o);
+    }
+    if ((err = plain_tail(t, text, start, end, from, o)) == 0)
+        *at = true;
+    return err;
+}
+
+/* tokenizer_encode_masked()'s tokens from byte from on (tokenizer_encode_masked_from()). */
+static long encode_from(const struct tokenizer *t, const char *text, size_t len, unsigned flags,
+                        const struct tokenizer_span *plain, size_t n_plain, size_t from,
+                        uint32_t *out, size_t cap)
 {
     struct tok_out o = {.ids = out, .cap = cap, .n = 0};
     size_t k = 0; /* the first plain span that does not end before i */
     bool parse = flags & TOKENIZER_PARSE_SPECIAL;
+    bool at = from == 0; /* the output has reached from */
     int err;
 
+    if (from > len)
+        return -ESRCH;
     if (t->kind == TOKENIZER_KIND_BYTES) {
-        /* no BOS; EOS is never added to a prompt; no special texts */
-        for (size_t i = 0; i < len && i < cap; i++)
-            out[i] = (unsigned char)text[i];
-        return (long)len;
+        /* no BOS; EOS is never added to a prompt; no special texts: a token per byte */
+        for (size_t i = from; i < len && i - from < cap; i++)
+            out[i - from] = (unsigned char)text[i];
+        return (long)(len - from);
     }
-    if ((flags & TOKENIZER_ADD_SPECIAL) && t->add_bos && t->bos >= 0)
+    if ((flags & TOKENIZER_ADD_SPECIAL) && t->add_bos && t->bos >= 0 && at)
         tok_out_push(&o, (uint32_t)t->bos);
     size_t start = 0;
     bool prev_special = true;
@@ -471,24 +553,47 @@ long tokenizer_encode_masked(const struct tokenizer *t, const char *text, size_t
             if (s->strip & TOK_STRIP_L)
                 while (end > start && is_blank(text[end - 1]))
                     end--;
-            if (end > start) {
-                if ((err = encode_plain(t, text + start, end - start, prev_special, &o)) < 0)
+            if (!at && from == i && end == i) {
+                at = true; /* the special token starts the rest afresh */
+            } else if (end > start) {
+                if ((err = plain_from(t, text, start, end, prev_special, from, &at, &o)) < 0)
                     return err;
             }
-            tok_out_push(&o, s->id);
+            if (!at && from < i + s->len)
+                return -ESRCH; /* inside the special text, or in blanks dropped before it */
+            if (at)
+                tok_out_push(&o, s->id);
             prev_special = true;
             i += s->len;
+            if (!at && from == i)
+                at = true; /* past a special token: the next run starts afresh */
             if (s->strip & TOK_STRIP_R)
                 while (i < len && is_blank(text[i]))
                     i++;
             start = i;
         }
     }
-    if ((err = encode_plain(t, text + start, len - start, prev_special, &o)) < 0)
+    if (start < len && (err = plain_from(t, text, start, len, prev_special, from, &at, &o)) < 0)
         return err;
+    if (!at && from < len)
+        return -ESRCH;
     if ((flags & TOKENIZER_ADD_SPECIAL) && t->add_eos && t->eos >= 0)
         tok_out_push(&o, (uint32_t)t->eos);
     return (long)o.n;
+}
+
+long tokenizer_encode_masked(const struct tokenizer *t, const char *text, size_t len,
+                             unsigned flags, const struct tokenizer_span *plain, size_t n_plain,
+                             uint32_t *out, size_t cap)
+{
+    return encode_from(t, text, len, flags, plain, n_plain, 0, out, cap);
+}
+
+long tokenizer_encode_masked_from(const struct tokenizer *t, const char *text, size_t len,
+                                  unsigned flags, const struct tokenizer_span *plain,
+                                  size_t n_plain, size_t from, uint32_t *out, size_t cap)
+{
+    return encode_from(t, text, len, flags, plain, n_plain, from, out, cap);
 }
 
 /* ---- decoding ---- */

@@ -61,6 +61,21 @@ long tokenizer_encode_masked(const struct tokenizer *t, const char *text, size_t
                              unsigned flags, const struct tokenizer_span *plain, size_t n_plain,
                              uint32_t *out, size_t cap);
 
+/* The tokens tokenizer_encode_masked() gives for text from byte from on, when from is a
+ * point where that encoding starts afresh, so that any ids whose pieces are exactly
+ * text[0, from) followed by these stand for the whole text (a chat's next turn puts the
+ * model's own ids for its previous answer there, server/gen_memo.h). Such points: 0; the
+ * start of a special token the encoding takes as one (no blanks dropped before it); the end
+ * of one; any byte of the byte tokenizer; and inside a byte-level BPE run, a point where
+ * the run's encoding is some tokens whose pieces are exactly the bytes before it, then the
+ * encoding of the run's rest alone (checked by encoding both). SentencePiece runs have no
+ * such point inside (their space prefix and merges span the run). No BOS unless from is 0.
+ * Returns the count as tokenizer_encode_masked() does, -ESRCH when from is no such point,
+ * or -errno. */
+long tokenizer_encode_masked_from(const struct tokenizer *t, const char *text, size_t len,
+                                  unsigned flags, const struct tokenizer_span *plain,
+                                  size_t n_plain, size_t from, uint32_t *out, size_t cap);
+
 /* The bytes token id stands for in decoded text (byte-fallback and byte-level pieces are
  * raw bytes, possibly part of a UTF-8 character; SentencePiece's U+2581 is a space; control
  * tokens are empty unless render_special (the byte tokenizer's EOS then reads "<eos>");

@@ -210,6 +210,99 @@ static void test_tokenizer_bytes_roundtrip(void **state)
     tokenizer_destroy(t);
 }
 
+/* ---- encoding from a point on (tokenizer_encode_masked_from) ---- */
+
+/* For every byte of text: either -ESRCH, or tokens that end the whole encoding, whose
+ * head's pieces (when exact: check_head) are text[0, from). Returns how many points took. */
+static size_t from_points(const struct tokenizer *t, const char *text, unsigned flags,
+                          bool check_head)
+{
+    size_t len = strlen(text), took = 0;
+    uint32_t full[512], out[512];
+    long nf = tokenizer_encode_masked(t, text, len, flags, NULL, 0, full, 512);
+    assert_true(nf > 0 && nf <= 512);
+    for (size_t from = 0; from <= len; from++) {
+        long n = tokenizer_encode_masked_from(t, text, len, flags, NULL, 0, from, out, 512);
+        if (n == -ESRCH)
+            continue;
+        assert_true(n >= 0 && n <= nf);
+        assert_memory_equal(out, full + (nf - n), (size_t)n * sizeof(uint32_t));
+        if (check_head) {
+            char buf[1024];
+            size_t at = 0;
+            for (long i = 0; i < nf - n; i++) {
+                int k = tokenizer_piece(t, full[i], true, buf + at, sizeof(buf) - at);
+                assert_true(k >= 0);
+                at += (size_t)k;
+            }
+            assert_int_equal(at, from);
+            assert_memory_equal(buf, text, from);
+        }
+        took++;
+    }
+    return took;
+}
+
+static void test_tokenizer_encode_from_starts_afresh_only_where_the_encoding_does(void **state)
+{
+    char path[512], err[256];
+    uint32_t out[64];
+    const char *text = "Hello world<|endoftext|>user: hi there";
+    size_t len = strlen(text), sp = strlen("Hello world");
+    (void)state;
+
+    shared_path(path, sizeof(path), "ggml-vocab-gpt-2.gguf");
+    struct gguf *g = gguf_open(path, err, sizeof(err));
+    assert_non_null(g);
+    struct tokenizer *t = tokenizer_create_gguf(g, err, sizeof(err));
+    assert_non_null(t);
+    long eot = tokenizer_find_special(t, "<|endoftext|>");
+    assert_true(eot >= 0);
+    unsigned f = TOKENIZER_PARSE_SPECIAL | TOKENIZER_ADD_SPECIAL;
+    /* a word's start, a special token's start and end; not inside a word or a special */
+    assert_true(tokenizer_encode_masked_from(t, text, len, f, NULL, 0, 5, out, 64) > 0);
+    long n = tokenizer_encode_masked_from(t, text, len, f, NULL, 0, sp, out, 64);
+    assert_true(n > 0);
+    assert_int_equal(out[0], (uint32_t)eot);
+    assert_true(tokenizer_encode_masked_from(t, text, len, f, NULL, 0, sp + 13, out, 64) > 0);
+    assert_int_equal(tokenizer_encode_masked_from(t, text, len, f, NULL, 0, 2, out, 64), -ESRCH);
+    assert_int_equal(tokenizer_encode_masked_from(t, text, len, f, NULL, 0, sp + 2, out, 64),
+                     -ESRCH);
+    /* the special text inside a plain range is ordinary characters: words, no token */
+    struct tokenizer_span plain = {sp, 13};
+    n = tokenizer_encode_masked_from(t, text, len, f, &plain, 1, sp, out, 64);
+    assert_true(n > 0);
+    assert_int_not_equal(out[0], (uint32_t)eot);
+    assert_int_equal(tokenizer_encode_masked_from(t, text, len, f, &plain, 1, sp + 4, out, 64),
+                     -ESRCH);
+    /* every point it takes ends the whole encoding, and the pieces before are the bytes */
+    assert_true(from_points(t, text, f, true) >= 8);
+    assert_true(from_points(t, "  two  spaces\n\nand\tmore 123 456!? ok", f, true) >= 6);
+    tokenizer_destroy(t);
+    gguf_close(g);
+
+    /* SentencePiece: no point inside a run, only at special tokens */
+    shared_path(path, sizeof(path), "ggml-vocab-llama-spm.gguf");
+    assert_non_null(g = gguf_open(path, err, sizeof(err)));
+    assert_non_null(t = tokenizer_create_gguf(g, err, sizeof(err)));
+    text = "Hello world</s>user: hi";
+    len = strlen(text);
+    assert_int_equal(tokenizer_encode_masked_from(t, text, len, f, NULL, 0, 5, out, 64), -ESRCH);
+    n = tokenizer_encode_masked_from(t, text, len, f, NULL, 0, sp, out, 64);
+    assert_true(n > 0);
+    assert_int_equal(out[0], 2); /* </s>, and no BOS */
+    assert_int_equal(from_points(t, text, f, false), 4); /* 0, at and after </s>, the end */
+    tokenizer_destroy(t);
+    gguf_close(g);
+
+    /* the byte tokenizer: every byte */
+    assert_non_null(t = tokenizer_create_bytes());
+    assert_int_equal(tokenizer_encode_masked_from(t, "abc", 3, f, NULL, 0, 1, out, 64), 2);
+    assert_int_equal(out[0], 'b');
+    assert_int_equal(from_points(t, "abc", f, true), 4);
+    tokenizer_destroy(t);
+}
+
 /* ---- tiny vocabularies as GGUF bytes ---- */
 
 struct gbuf {
@@ -940,6 +1033,7 @@ int main(void)
         cmocka_unit_test(test_tokenizer_llama_spm_conformance),
         cmocka_unit_test(test_tokenizer_gpt2_conformance),
         cmocka_unit_test(test_tokenizer_bytes_roundtrip),
+        cmocka_unit_test(test_tokenizer_encode_from_starts_afresh_only_where_the_encoding_does),
         cmocka_unit_test_setup_teardown(test_tokenizer_parse_special_makes_one_token, bpe_setup,
                                         bpe_teardown),
         cmocka_unit_test_setup_teardown(test_tokenizer_control_text_is_plain_without_parse_special,
