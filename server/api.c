@@ -19,6 +19,7 @@
 #include "config.h"
 #include "api_impl.h"
 #include "api_chat.h"
+#include "gen_memo.h"
 #include "gguf.h"
 #include "model_info.h"
 #include "hist.h"
@@ -138,11 +139,19 @@ int front_model_open(struct front_model *m, const struct kiln_config *cfg, char 
     }
     if (m->max_context > WIRE_MAX_PROMPT + 1)
         m->max_context = WIRE_MAX_PROMPT + 1; /* a JOB cannot carry more */
+    if (cfg->chat_memo_entries &&
+        !(m->memo = gen_memo_create(cfg->chat_memo_entries, GEN_MEMO_MAX_BYTES))) {
+        snprintf(err, errlen, "out of memory");
+        front_model_close(m);
+        return -ENOMEM;
+    }
     return 0;
 }
 
 void front_model_close(struct front_model *m)
 {
+    gen_memo_destroy(m->memo);
+    m->memo = NULL;
     chat_template_free(&m->tmpl);
     if (m->tok)
         tokenizer_destroy(m->tok);
@@ -250,6 +259,56 @@ static int encode_prompt(struct request *r, const char *text, size_t len, unsign
     if (shrunk)
         r->prompt = shrunk;
     return 0;
+}
+
+/* A chat prompt's ids: those of a remembered generation (gen_memo.h) for the text the
+ * prompt starts with, where the rest can be tokenized on its own
+ * (tokenizer_encode_masked_from()), then the rest's; else encode_prompt()'s. The ids so
+ * stand for the same text, with the model's own for its previous answer, which the
+ * worker's cache holds. Not with cache_prompt: false (the prompt is then as its text alone
+ * says, whatever was remembered). */
+static int encode_chat(struct request *r, const char *text, size_t len, unsigned flags,
+                       const struct tokenizer_span *plain, size_t n_plain, uint32_t max_tokens,
+                       struct perr *e)
+{
+    const struct front_model *m = r->model;
+    struct metrics *mt = &r->f->metrics;
+    struct gen_memo_cut cuts[4];
+    size_t n_cuts = 0, cap = m->max_context;
+
+    if (m->memo && !r->sampling.no_cache && len > 0) {
+        n_cuts = gen_memo_find(m->memo, text, len, cuts, 4);
+        mt->memo[n_cuts ? METRICS_MEMO_SPLIT : METRICS_MEMO_NONE]++;
+    }
+    for (size_t i = 0; i < n_cuts; i++) {
+        if (cuts[i].n_ids >= cap)
+            continue;
+        uint32_t *ids = malloc(cap * sizeof(uint32_t));
+        if (!ids)
+            return -ENOMEM;
+        memcpy(ids, cuts[i].ids, cuts[i].n_ids * sizeof(uint32_t));
+        long n = tokenizer_encode_masked_from(m->tok, text, len, flags, plain, n_plain,
+                                              cuts[i].bytes, ids + cuts[i].n_ids,
+                                              cap - cuts[i].n_ids);
+        if (n < 0 || (uint64_t)n + cuts[i].n_ids >= cap || n + cuts[i].n_ids == 0) {
+            free(ids); /* not a point to cut at (or too long: encode_prompt() says so) */
+            if (n == -ENOMEM)
+                return -ENOMEM;
+            continue;
+        }
+        mt->memo[METRICS_MEMO_SPLIT]--;
+        mt->memo[METRICS_MEMO_REUSED]++;
+        mt->memo_tokens += cuts[i].n_ids;
+        r->prompt = ids;
+        r->n_prompt = (uint32_t)(cuts[i].n_ids + (size_t)n);
+        uint32_t room = m->max_context - r->n_prompt;
+        r->max_new_tokens = max_tokens && max_tokens < room ? max_tokens : room;
+        uint32_t *shrunk = realloc(r->prompt, r->n_prompt * sizeof(uint32_t));
+        if (shrunk)
+            r->prompt = shrunk;
+        return 0;
+    }
+    return encode_prompt(r, text, len, flags, plain, n_plain, max_tokens, e);
 }
 
 /* A refusal before a request exists, counted in the metrics. */
@@ -378,10 +437,15 @@ static bool handle_generate(struct front *f, struct http_req *http, enum request
             goto fail_rc;
         }
         /* one BOS (the template's or the tokenizer's); content never parses as special */
-        rc = encode_prompt(r, chat, strlen(chat),
-                           chat_encode_flags_text(&r->model->tmpl, r->model->tok, chat),
-                           spans, n_spans, p.max_tokens, &e);
+        rc = encode_chat(r, chat, strlen(chat),
+                         chat_encode_flags_text(&r->model->tmpl, r->model->tok, chat), spans,
+                         n_spans, p.max_tokens, &e);
         free(spans);
+        if (rc == 0 && r->model->memo && !r->sampling.no_cache) {
+            r->memo_text = chat; /* each choice's answer is remembered after it */
+            r->memo_len = strlen(chat);
+            chat = NULL;
+        }
         if (rc < 0 && e.param && strcmp(e.param, "prompt") == 0)
             e.param = "messages";
     } else {

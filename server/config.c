@@ -48,6 +48,10 @@ static const struct opt opts[] = {
     {"kv-cache-mib", OPT_U32, F(kv_cache_mib), 0, UINT32_MAX, "0",
      "each worker's paged KV cache in MiB instead (positions: MiB / the model's F16 K and V "
      "bytes per position); 0: by kv-cache-tokens; not both"},
+    {"chat-memo-entries", OPT_U32, F(chat_memo_entries), 0, 1000000, "256",
+     "chat answers remembered with their generated ids, so the next turn of a chat reuses "
+     "the KV cache of the answer (least recently used go first; at most 64 MiB per model; "
+     "0: none, an answer re-sent as text is tokenized again)"},
     {"threads", OPT_U32, F(threads), 0, 1024, "0",
      "threads per worker (0: the online cores divided among the workers, at least 1)"},
     {"max-body-bytes", OPT_U64, F(max_body_bytes), 1, UINT64_C(1) << 40, "1048576",

@@ -33,6 +33,7 @@ struct kiln_config {
     uint32_t ctx;               /* 0: the model's own */
     uint32_t kv_cache_tokens;   /* per worker; 0: max_sequences x ctx */
     uint32_t kv_cache_mib;      /* per worker, instead of kv_cache_tokens; 0: not given */
+    uint32_t chat_memo_entries; /* chat generations remembered for reuse; 0: none */
     uint32_t threads;           /* 0: the worker's default */
     uint64_t max_body_bytes;
     const char *mock_reply;     /* NULL: the worker's default */

@@ -40,6 +40,9 @@ struct front_model {
     enum toolcall_format tool_format; /* the markup of the model's calls (NONE: unknown) */
     bool thinks;                      /* its template has <think> blocks */
     struct gguf *gguf; /* open while the tokenizer may borrow from it; NULL for the mock */
+    /* recent chat generations, so a next turn reuses the answer's ids (gen_memo.h; NULL:
+     * --chat-memo-entries 0) */
+    struct gen_memo *memo;
 
     /* generations (front_model.c) */
     uint32_t refs;

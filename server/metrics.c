@@ -313,6 +313,19 @@ static void render_front(struct buf *b, const struct metrics *m)
         buf_printf(b, "kiln_route_decisions_total{reason=\"%s\"} %" PRIu64 "\n",
                    prefix_route_name((enum prefix_route_reason)i), m->routed[i]);
 
+    static const char *const memo_names[METRICS_MEMO_COUNT] = {"reused", "none", "split"};
+    buf_family(b, "kiln_chat_memo_total", "counter",
+               "Chat prompts with cache_prompt on, by what the memo of recent answers gave: "
+               "reused (a remembered prompt and answer's ids, the rest tokenized), none "
+               "(nothing remembered starts the prompt), split (one does, but the rest cannot "
+               "be tokenized on its own where it ends: tokenized whole).");
+    for (int i = 0; i < METRICS_MEMO_COUNT; i++)
+        buf_printf(b, "kiln_chat_memo_total{outcome=\"%s\"} %" PRIu64 "\n", memo_names[i],
+                   m->memo[i]);
+    buf_family(b, "kiln_chat_memo_tokens_total", "counter",
+               "Chat prompt ids taken from remembered answers (and their prompts).");
+    buf_printf(b, "kiln_chat_memo_tokens_total %" PRIu64 "\n", m->memo_tokens);
+
     buf_family(b, "kiln_requests_running", "gauge", "Requests running on a worker.");
     buf_printf(b, "kiln_requests_running %" PRIu64 "\n", m->running);
     buf_family(b, "kiln_requests_waiting", "gauge", "Requests waiting in the front's queue.");

@@ -42,6 +42,14 @@ enum metrics_drop {
     METRICS_DROP_COUNT,
 };
 
+/* What a chat prompt got from the memo of recent generations (server/gen_memo.h). */
+enum metrics_memo {
+    METRICS_MEMO_REUSED,    /* a remembered prompt and answer's ids, the rest tokenized */
+    METRICS_MEMO_NONE,      /* nothing remembered starts it: tokenized whole */
+    METRICS_MEMO_SPLIT,     /* one does, but the rest is not tokenized apart there: whole */
+    METRICS_MEMO_COUNT,
+};
+
 /* The front's own series; all owned by the front process (one thread). */
 struct metrics {
     struct hist ttft;       /* admission -> first token sent */
@@ -52,6 +60,8 @@ struct metrics {
     uint64_t finished[METRICS_FINISH_COUNT];
     uint64_t rejected[METRICS_REJECT_COUNT];
     uint64_t routed[PREFIX_ROUTE_COUNT]; /* jobs sent to a worker, by the rule that chose it */
+    uint64_t memo[METRICS_MEMO_COUNT];   /* chat prompts, by what the memo gave them */
+    uint64_t memo_tokens;                /* prompt ids taken from remembered generations */
     uint64_t running, waiting; /* gauges: set by metrics_set_requests() */
     uint64_t dropped[METRICS_DROP_COUNT];
     uint64_t streams_paused;   /* times a stream paused for a slow reader */

@@ -20,6 +20,7 @@
 #include "api_impl.h"
 #include "config.h"
 #include "front_model.h"
+#include "gen_memo.h"
 #include "hist.h"
 #include "http.h"
 #include "log.h"
@@ -124,6 +125,9 @@ static void request_free(struct request *r)
         event_free(r->ev_flush);
     for (uint32_t i = 0; i < r->n_stops; i++)
         free(r->stops[i]);
+    for (uint32_t i = 0; i < r->n_choices; i++)
+        free(r->jobs[i].gen);
+    free(r->memo_text);
     free(r->prompt);
     free(r->grammar);
     free(r->echo_text);
@@ -268,6 +272,18 @@ static void job_token(struct job *j, const struct proto_token *t)
 {
     struct relay_out out;
     j->n_tokens++;
+    if (j->req->memo_text && j->n_gen < UINT32_MAX / 2) { /* the memo's copy (gen_memo.h) */
+        if (j->n_gen == j->gen_cap) {
+            uint32_t cap = j->gen_cap ? 2 * j->gen_cap : 64;
+            uint32_t *g = realloc(j->gen, cap * sizeof(*g));
+            if (g) {
+                j->gen = g;
+                j->gen_cap = cap;
+            }
+        }
+        if (j->n_gen < j->gen_cap)
+            j->gen[j->n_gen++] = t->token;
+    }
     if (j->state != JOB_STARTED)
         return;
     relay_token(j->relay, t, &out);
@@ -307,6 +323,10 @@ void request_on_record(struct job *j, const struct proto_msg *m)
          * answer they may complete does not cancel it */
         j->state = JOB_DONE;
         j->worker = NULL;
+        if (m->type == MSG_TYPE_DONE && r->memo_text && j->n_gen > 0 &&
+            gen_memo_add(r->model->memo, r->model->tok, r->memo_text, r->memo_len, r->prompt,
+                         r->n_prompt, j->gen, j->n_gen) < 0)
+            log_warn("request %" PRIu64 ": out of memory remembering its answer", j->req_id);
         if (wanted && m->type == MSG_TYPE_DONE) {
             relay_done(j->relay, m->u.done.reason, &out);
             handle_events(j, &out, m->u.done.completion_tokens);

@@ -60,6 +60,8 @@ struct job {
      * !tc.reasoning: NULL, the text goes out as it is) */
     struct toolcall *tc_parser;
     uint32_t n_tokens;  /* TOKEN records received (in flight after a cancel too) */
+    /* the ids of those records, kept for the chat memo when the request has memo_text */
+    uint32_t *gen, n_gen, gen_cap;
     uint64_t t_last_us; /* hist_now_us() of its last text */
 };
 
@@ -108,6 +110,10 @@ struct request {
     char *echo_text;        /* echo: the prompt text */
     size_t echo_len;
     bool logprobs;          /* report logprobs (sampling.top_logprobs alternatives each) */
+    /* a chat prompt's text, kept to remember each choice's generation after it
+     * (gen_memo.h) when the model has a memo and the request allows reuse; else NULL */
+    char *memo_text;
+    size_t memo_len;
 
     uint32_t n_choices;     /* "n": how many jobs */
     struct job jobs[REQUEST_MAX_N];

@@ -1,0 +1,206 @@
+/* The chat route's memo of recent answers, end to end: a chat of three turns through kiln
+ * over a generated model with GPT-2's vocabulary (random weights: its answers are ids that
+ * the answer's text, tokenized again, does not give back). Each next turn's cached_tokens
+ * covers the previous prompt and answer (all but the answer's last token, which never went
+ * through the model); the same prompt computed whole (its worker restarted, the cache gone)
+ * answers the same; cache_prompt: false reuses nothing, not even the memo's ids. */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "front_util.h"
+#include "lib/model_gen.h"
+
+static char dir[] = "/tmp/kiln-memo-XXXXXX";
+static char model[300];
+
+static int setup_group(void **state)
+{
+    const char *sh = getenv("KILN_SHARED");
+    char vocab[512], err[256];
+    struct model_gen_opts o = {.arch = "llama", .dim = 64, .layers = 2, .heads = 4,
+                               .kv_heads = 2, .ffn = 128, .ctx = 1024,
+                               .type = GGML_TYPE_Q8_0, .seed = 3};
+    (void)state;
+    snprintf(vocab, sizeof(vocab), "%s/vocab/ggml-vocab-gpt-2.gguf", sh ? sh : "../shared");
+    o.vocab_path = vocab;
+    if (!mkdtemp(dir))
+        return -1;
+    snprintf(model, sizeof(model), "%s/gpt2-tiny.gguf", dir);
+    if (model_gen_write(&o, model, err, sizeof(err)) < 0) {
+        fprintf(stderr, "%s: %s\n", model, err);
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown_group(void **state)
+{
+    char cmd[128];
+    (void)state;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static int setup(void **state)
+{
+    /* ChatML: a template renders a previous answer right after its generation prompt (the
+     * fallback puts a space between "assistant:" and the answer, which the model never saw) */
+    const char *args[] = {"--model", model, "--workers", "1", "--threads", "1",
+                          "--chat-template", "chatml", NULL};
+    struct kiln_proc *p = front_start(args);
+    *state = p;
+    return p ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    return front_stop(*state);
+}
+
+struct turn {
+    char text[4096];
+    long long prompt, completion, cached;
+};
+
+/* One turn over msgs (greedy, 16 tokens), its answer and usage into t. */
+static void chat(int port, json_t *msgs, bool cache, struct turn *t)
+{
+    json_t *req = json_pack("{s:O, s:i, s:f, s:b, s:b}", "messages", msgs, "max_tokens", 16,
+                            "temperature", 0.0, "ignore_eos", 1, "cache_prompt", cache);
+    char *body = json_dumps(req, JSON_COMPACT);
+    json_t *j;
+    assert_int_equal(front_call(port, "POST", "/v1/chat/completions", body, &j, NULL), 200);
+    json_t *u = json_object_get(j, "usage");
+    snprintf(t->text, sizeof(t->text), "%s",
+             json_string_value(json_object_get(
+                 json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message"),
+                 "content")));
+    t->prompt = json_integer_value(json_object_get(u, "prompt_tokens"));
+    t->completion = json_integer_value(json_object_get(u, "completion_tokens"));
+    t->cached = json_integer_value(
+        json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens"));
+    assert_int_equal(t->completion, 16);
+    json_decref(j);
+    free(body);
+    json_decref(req);
+}
+
+static void add(json_t *msgs, const char *role, const char *content)
+{
+    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", role, "content", content));
+}
+
+static unsigned long long memo_count(int port, const char *outcome)
+{
+    struct http_response resp;
+    json_t *j;
+    char key[96];
+    unsigned long long n = 0;
+    snprintf(key, sizeof(key), "kiln_chat_memo_total{outcome=\"%s\"} ", outcome);
+    assert_int_equal(front_call(port, "GET", "/metrics", NULL, &j, &resp), 200);
+    const char *at = strstr(resp.body, key);
+    assert_non_null(at);
+    assert_int_equal(sscanf(at + strlen(key), "%llu", &n), 1);
+    http_response_free(&resp);
+    json_decref(j);
+    return n;
+}
+
+static void test_chat_memo_next_turn_reuses_the_previous_answer(void **state)
+{
+    int port = kiln_port(*state);
+    json_t *msgs = json_array();
+    struct turn t1, t2, t3, off;
+
+    add(msgs, "system", "You are a terse assistant who answers in one line.");
+    add(msgs, "user", "Tell me about the sea.");
+    chat(port, msgs, true, &t1);
+    add(msgs, "assistant", t1.text);
+    add(msgs, "user", "And the sky?");
+    chat(port, msgs, true, &t2);
+    /* the previous prompt and its answer as generated (the last token was never computed) */
+    assert_true(t2.cached >= t1.prompt + t1.completion - 1);
+    add(msgs, "assistant", t2.text);
+    add(msgs, "user", "Thanks.");
+    chat(port, msgs, true, &t3);
+    assert_true(t3.cached >= t2.prompt + t2.completion - 1);
+    assert_int_equal(memo_count(port, "reused"), 2);
+
+    /* cache_prompt: false: the prompt as its text alone says, computed whole */
+    chat(port, msgs, false, &off);
+    assert_int_equal(off.cached, 0);
+    assert_int_equal(memo_count(port, "reused"), 2);
+    json_decref(msgs);
+}
+
+/* The pid of worker 0 per /health, or -1. */
+static long long worker_pid(int port)
+{
+    json_t *h = front_health(port);
+    json_t *w = json_array_get(json_object_get(h, "workers"), 0);
+    long long pid = w && json_is_integer(json_object_get(w, "pid"))
+                        ? json_integer_value(json_object_get(w, "pid"))
+                        : -1;
+    json_decref(h);
+    return pid;
+}
+
+struct respawn {
+    int port;
+    long long old_pid;
+};
+
+static bool respawned(void *arg)
+{
+    struct respawn *r = arg;
+    long long pid = worker_pid(r->port);
+    return pid > 0 && pid != r->old_pid && front_ready_cond(&r->port);
+}
+
+static void test_chat_memo_answer_is_the_same_computed_whole(void **state)
+{
+    int port = kiln_port(*state);
+    json_t *msgs = json_array();
+    struct turn t1, t2, again;
+
+    add(msgs, "system", "You are a terse assistant who answers in one line.");
+    add(msgs, "user", "Name a colour.");
+    chat(port, msgs, true, &t1);
+    add(msgs, "assistant", t1.text);
+    add(msgs, "user", "Another one?");
+    chat(port, msgs, true, &t2);
+    assert_true(t2.cached >= t1.prompt + t1.completion - 1);
+
+    /* the worker goes, and its cache with it; the front's memo stays, so the same ids are
+     * sent and computed whole */
+    struct respawn r = {port, worker_pid(port)};
+    assert_true(r.old_pid > 0);
+    assert_int_equal(kill((pid_t)r.old_pid, SIGKILL), 0);
+    assert_true(wait_until(respawned, &r, 20000));
+    chat(port, msgs, true, &again);
+    assert_int_equal(again.cached, 0);
+    assert_int_equal(again.prompt, t2.prompt);
+    assert_string_equal(again.text, t2.text);
+    json_decref(msgs);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_chat_memo_next_turn_reuses_the_previous_answer,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_chat_memo_answer_is_the_same_computed_whole, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests_name("chat_memo", tests, setup_group, teardown_group);
+}
