@@ -267,6 +267,22 @@ static bool line_byte(struct http_parser *p, char c, bool *bad)
     return false;
 }
 
+/* Body bytes, of a Content-Length body or of one chunk: as many as are here and still due.
+ * Once all are in, a whole body is done and a chunk waits for its CRLF. */
+static bool body_bytes(struct http_parser *p, const char *data, size_t n, size_t *i,
+                       struct evbuffer *body)
+{
+    size_t k = n - *i < p->remaining ? n - *i : (size_t)p->remaining;
+    if (evbuffer_add(body, data + *i, k) < 0)
+        return false;
+    *i += k;
+    p->remaining -= k;
+    p->body_len += k;
+    if (!p->remaining)
+        p->state = p->state == HP_BODY ? HP_DONE : HP_CHUNK_END;
+    return true;
+}
+
 enum http_parse_status http_parser_feed(struct http_parser *p, const char *data, size_t n,
                                         struct evbuffer *body, size_t *used)
 {
@@ -299,17 +315,11 @@ enum http_parse_status http_parser_feed(struct http_parser *p, const char *data,
                   p->head[p->head_len - 3] == '\n')))
                 st = parse_head(p);
             break;
-        case HP_BODY: {
-            size_t k = n - i < p->remaining ? n - i : (size_t)p->remaining;
-            if (evbuffer_add(body, data + i, k) < 0)
+        case HP_BODY:
+        case HP_CHUNK_DATA:
+            if (!body_bytes(p, data, n, &i, body))
                 return *used = i, fail(p, 503, "out of memory");
-            i += k;
-            p->remaining -= k;
-            p->body_len += k;
-            if (!p->remaining)
-                p->state = HP_DONE;
             break;
-        }
         case HP_CHUNK_LINE:
             i++;
             if (!line_byte(p, c, &bad)) {
@@ -324,17 +334,6 @@ enum http_parse_status http_parser_feed(struct http_parser *p, const char *data,
                 return *used = i, fail(p, 413, "a body over the limit");
             p->state = p->remaining ? HP_CHUNK_DATA : HP_TRAILER;
             break;
-        case HP_CHUNK_DATA: {
-            size_t k = n - i < p->remaining ? n - i : (size_t)p->remaining;
-            if (evbuffer_add(body, data + i, k) < 0)
-                return *used = i, fail(p, 503, "out of memory");
-            i += k;
-            p->remaining -= k;
-            p->body_len += k;
-            if (!p->remaining)
-                p->state = HP_CHUNK_END;
-            break;
-        }
         case HP_CHUNK_END: /* the CRLF after a chunk's data */
             i++;
             if (!line_byte(p, c, &bad)) {
