@@ -1,8 +1,9 @@
 /* Integration tests of HTTPS (--tls-cert, --tls-key) against `kiln --model mock`: curl and
  * `openssl s_client` against a self-signed certificate each test makes with the openssl CLI
- * (TLS 1.1 refused, 1.2 and 1.3 accepted), an SSE stream over TLS, the header deadline and a
- * half-closed client over TLS, the certificate read again on SIGHUP, and a bad, missing or
- * mismatched key or certificate refused at start with the file named. */
+ * (TLS 1.1 refused, 1.2 and 1.3 accepted), an SSE stream over TLS, a stream paused for a
+ * client that stops reading and resumed whole, the header deadline and a half-closed client
+ * over TLS, the certificate read again on SIGHUP, and a bad, missing or mismatched key or
+ * certificate refused at start with the file named. */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -185,22 +186,35 @@ static void test_tls_header_deadline_is_408(void **state)
     assert_non_null(strstr(out, "request_timeout"));
 }
 
+/* A TLS connection to the front, every read bounded (20 s); rcvbuf > 0 shrinks the socket's
+ * receive buffer so that a client that does not read fills up quickly. */
+static SSL *tls_connect(int port, int rcvbuf, SSL_CTX **ctx, int *fd)
+{
+    *ctx = SSL_CTX_new(TLS_client_method());
+    assert_non_null(*ctx);
+    *fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(*fd >= 0);
+    if (rcvbuf > 0)
+        (void)setsockopt(*fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(*fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    struct timeval tv = {20, 0};
+    setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    SSL *ssl = SSL_new(*ctx);
+    SSL_set_fd(ssl, *fd);
+    assert_int_equal(SSL_connect(ssl), 1);
+    return ssl;
+}
+
 /* A client that sends its request and shuts its sending side (TCP) still reads the answer. */
 static void test_tls_half_closed_client_gets_its_answer(void **state)
 {
     static const char *more[] = {"--mock-delay-ms", "20", NULL};
     int port = kiln_port(start_tls(state, more));
-    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-    assert_non_null(ctx);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    struct timeval tv = {20, 0}; /* every read bounded */
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    SSL *ssl = SSL_new(ctx);
-    SSL_set_fd(ssl, fd);
-    assert_int_equal(SSL_connect(ssl), 1);
+    SSL_CTX *ctx;
+    int fd;
+    SSL *ssl = tls_connect(port, 0, &ctx, &fd);
     static const char body[] = "{\"prompt\":\"hi\",\"max_tokens\":4}";
     char req[512];
     int n = snprintf(req, sizeof(req),
@@ -217,6 +231,75 @@ static void test_tls_half_closed_client_gets_its_answer(void **state)
     resp[got] = '\0';
     assert_non_null(strstr(resp, "HTTP/1.1 200"));
     assert_non_null(strstr(resp, "\"finish_reason\":\"length\""));
+    SSL_free(ssl);
+    close(fd);
+    SSL_CTX_free(ctx);
+}
+
+struct paused_cond {
+    int port;
+};
+
+/* kiln_streams_paused_total is at least 1 (read over HTTPS with curl). */
+static bool stream_paused(void *arg)
+{
+    struct paused_cond *c = arg;
+    char out[256];
+    if (run(out, sizeof(out),
+            "timeout 10 curl -sS --cacert %s https://127.0.0.1:%d/metrics 2>&1 | "
+            "grep '^kiln_streams_paused_total '",
+            cert, c->port) != 0)
+        return false;
+    return strtod(out + strlen("kiln_streams_paused_total "), NULL) >= 1;
+}
+
+/* Backpressure over TLS: a client that stops reading a fast stream gets it paused on the
+ * worker once its (unencrypted) output passes --max-client-buffer-bytes, and when it reads
+ * again it gets the whole stream, every token once, in order. */
+static void test_tls_unread_stream_pauses_then_resumes_whole(void **state)
+{
+    char reply[4001];
+    for (int i = 0; i < 4000; i++)
+        reply[i] = (char)('a' + i % 26);
+    reply[4000] = '\0';
+    const char *more[] = {"--mock-reply", reply, "--max-client-buffer-bytes", "8192", NULL};
+    int port = kiln_port(start_tls(state, more));
+    SSL_CTX *ctx;
+    int fd;
+    SSL *ssl = tls_connect(port, 4096, &ctx, &fd);
+    static const char body[] =
+        "{\"prompt\":\"hi\",\"stream\":true,\"max_tokens\":4000,\"ignore_eos\":true}";
+    char req[512];
+    int n = snprintf(req, sizeof(req),
+                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                     sizeof(body) - 1, body);
+    assert_int_equal(SSL_write(ssl, req, n), n);
+    struct paused_cond pc = {port};
+    assert_true(wait_until(stream_paused, &pc, 20000));
+    /* now read it all: the text of every frame, joined, is the mock's reply */
+    size_t cap = 4u << 20, got = 0;
+    char *resp = malloc(cap);
+    assert_non_null(resp);
+    int r;
+    while (got < cap - 1 && (r = SSL_read(ssl, resp + got, (int)(cap - 1 - got))) > 0)
+        got += (size_t)r;
+    resp[got] = '\0';
+    assert_non_null(strstr(resp, "HTTP/1.1 200"));
+    assert_non_null(strstr(resp, "data: [DONE]"));
+    char *text = malloc(4001);
+    assert_non_null(text);
+    size_t len = 0;
+    for (const char *p = resp; (p = strstr(p, "\"text\":\"")); ) {
+        p += strlen("\"text\":\"");
+        while (*p && *p != '"' && len < 4000)
+            text[len++] = *p++;
+    }
+    text[len] = '\0';
+    assert_int_equal(len, 4000);
+    assert_string_equal(text, reply);
+    free(text);
+    free(resp);
     SSL_free(ssl);
     close(fd);
     SSL_CTX_free(ctx);
@@ -295,6 +378,7 @@ int main(void)
         cmocka_unit_test_teardown(test_tls_streams_sse, teardown),
         cmocka_unit_test_teardown(test_tls_header_deadline_is_408, teardown),
         cmocka_unit_test_teardown(test_tls_half_closed_client_gets_its_answer, teardown),
+        cmocka_unit_test_teardown(test_tls_unread_stream_pauses_then_resumes_whole, teardown),
         cmocka_unit_test_teardown(test_tls_certificate_is_read_again_on_sighup, teardown),
         cmocka_unit_test(test_tls_bad_files_are_refused_naming_the_file),
     };
