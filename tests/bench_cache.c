@@ -7,9 +7,11 @@
  *         fixed ids, so reuse reaches the end of the previous prompt). Prints TTFT per turn.
  *         With KILN_BEFORE_DIR naming another build's bin directory, its kiln runs the same
  *         chat first, for a before/after in one run.
- *   chat route: the same chat through /v1/chat/completions, the assistant's text re-sent
- *         and re-rendered, as a client does: TTFT, prompt and cached tokens per turn (how
- *         much of the history the re-tokenized text still matches).
+ *   chat route: the same chat through /v1/chat/completions (ChatML template), the
+ *         assistant's text re-sent and re-rendered, as a client does: TTFT, prompt and cached tokens per turn (how
+ *         much of the history is reused: the front's memo gives the answer's generated ids
+ *         back where the rest tokenizes apart). KILN_BEFORE_DIR runs it first with that
+ *         build's kiln too.
  *   shared: 16 clients at once over 2 workers, one 500-token system prompt and a different
  *         20-token question each, 16 tokens out. Prints prompt tokens computed (from
  *         /metrics) against the naive sum, and TTFT p50.
@@ -289,10 +291,14 @@ static void words(char *out, size_t cap, uint32_t seed, int n)
         k += (size_t)snprintf(out + k, cap - k, " w%u_%d", seed, i);
 }
 
-static int chat_route(const char *model)
+static int chat_route(const char *model, const char *label)
 {
+    /* ChatML, as a chat model's own template would: a previous answer is rendered right
+     * after its generation prompt (the fallback's "assistant: " adds a space the model
+     * never saw, so no answer could be reused through it) */
     const char *args[] = {"--model", model, "--workers", "1", "--ctx", "2048",
-                          "--keepalive-timeout-ms", "600000", "--log-level", "warn", NULL};
+                          "--chat-template", "chatml", "--keepalive-timeout-ms", "600000",
+                          "--log-level", "warn", NULL};
     json_t *msgs = json_array(), *req;
     char *text = malloc(BODY_CAP), *w = malloc(8192);
     struct kiln_proc *k = kiln_start(args);
@@ -308,8 +314,8 @@ static int chat_route(const char *model)
     }
     words(w, 8192, 1, 300);
     json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", w));
-    printf("chat route (text re-sent), cache on: turn: TTFT ms, prompt tokens, cached tokens "
-           "(the previous prompt and answer: what could be cached)\n");
+    printf("chat route%s (text re-sent), cache on: turn: TTFT ms, prompt tokens, cached tokens "
+           "(the previous prompt and answer: what could be cached)\n", label);
     long long prev = 0;
     for (int turn = 0; turn < 10 && rc == 0; turn++) {
         struct req r = {.port = kiln_port(k), .path = "/v1/chat/completions", .text = text};
@@ -492,7 +498,14 @@ int main(void)
     rc = rc || (want("chat") && chat(path, 1, nv, "") < 0);
     if (want("llama"))
         (void)llama_chat(path); /* beside kiln's chat; a skip is not a failure */
-    rc = rc || (want("route") && chat_route(path) < 0) || (want("shared") && shared(path, 1, nv) < 0);
+    if (before && want("route")) { /* the same before and after in one run */
+        char *after = strdup(bin ? bin : "build");
+        setenv("KILN_BIN_DIR", before, 1);
+        rc = rc || chat_route(path, " (before: KILN_BEFORE_DIR)") < 0;
+        setenv("KILN_BIN_DIR", after, 1);
+        free(after);
+    }
+    rc = rc || (want("route") && chat_route(path, "") < 0) || (want("shared") && shared(path, 1, nv) < 0);
     rc = rc || (want("four") && (four(path, nv, "512") < 0 || four(path, nv, "1680") < 0));
     if (rc == 0 && want("memory")) { /* a SmolLM-135M-shaped file with an 8,192-token context */
         snprintf(path, sizeof(path), "%s/smollm-ctx8k-q8_0.gguf", dir);
