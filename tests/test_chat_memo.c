@@ -3,7 +3,8 @@
  * the answer's text, tokenized again, does not give back). Each next turn's cached_tokens
  * covers the previous prompt and answer (all but the answer's last token, which never went
  * through the model); the same prompt computed whole (its worker restarted, the cache gone)
- * answers the same; cache_prompt: false reuses nothing, not even the memo's ids. */
+ * answers the same; cache_prompt: false reuses nothing, not even the memo's ids; an edited
+ * answer falls back to its text's ids. */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -140,6 +141,23 @@ static void test_chat_memo_next_turn_reuses_the_previous_answer(void **state)
     chat(port, msgs, false, &off);
     assert_int_equal(off.cached, 0);
     assert_int_equal(memo_count(port, "reused"), 2);
+    json_decref(msgs);
+
+    /* an answer the client edited departs from the memo at once: the remembered prompt's
+     * ids, then the rest tokenized, which here are the ids of the text tokenized whole */
+    struct turn edited, whole;
+    char text[4200];
+    snprintf(text, sizeof(text), "Edited:%s", t1.text);
+    msgs = json_array();
+    add(msgs, "system", "You are a terse assistant who answers in one line.");
+    add(msgs, "user", "Tell me about the sea.");
+    add(msgs, "assistant", text);
+    add(msgs, "user", "And the sky?");
+    chat(port, msgs, true, &edited);
+    assert_true(edited.cached >= t1.prompt && edited.cached < t1.prompt + t1.completion - 1);
+    chat(port, msgs, false, &whole);
+    assert_int_equal(edited.prompt, whole.prompt);
+    assert_string_equal(edited.text, whole.text);
     json_decref(msgs);
 }
 
