@@ -27,6 +27,10 @@
 #ifndef GEMM_NARROW
 #define GEMM_NARROW 8
 #endif
+/* Calls of this many sequences up to 16 take kern_gemm_avx512_cols where it has the type. */
+#ifndef GEMM_COLS
+#define GEMM_COLS 8
+#endif
 /* The most sub-blocks narrow_rows takes (K up to 16384 elements of 16-element sub-blocks). */
 #define NARROW_MAXG 1024
 
@@ -676,6 +680,9 @@ int kern_gemm_avx512(const struct kern_mat *W, const struct kern_act *X, int n_s
     static _Thread_local int32_t ic[GEMM_SC * GEMM_MAXG];
     size_t off[GEMM_MAXG];
 
+    if (n_seq >= GEMM_COLS && n_seq <= 16 &&
+        kern_gemm_avx512_cols(W, X, n_seq, Y, y_stride, row_begin, row_end) == 0)
+        return 0;
     if (n_seq <= GEMM_NARROW &&
         narrow_rows(&ty, W, X, n_seq, Y, y_stride, row_begin, row_end, &pan[0], tmp) == 0)
         return 0;
