@@ -8,10 +8,11 @@
  *         With KILN_BEFORE_DIR naming another build's bin directory, its kiln runs the same
  *         chat first, for a before/after in one run.
  *   chat route: the same chat through /v1/chat/completions (ChatML template), the
- *         assistant's text re-sent and re-rendered, as a client does: TTFT, prompt and cached tokens per turn (how
- *         much of the history is reused: the front's memo gives the answer's generated ids
- *         back where the rest tokenizes apart). KILN_BEFORE_DIR runs it first with that
- *         build's kiln too.
+ *         assistant's text re-sent and re-rendered, as a client does: TTFT, prompt and
+ *         cached tokens per turn (how much of the history is reused: the front's memo gives
+ *         the answer's generated ids back where the rest tokenizes apart). The answers are
+ *         held to letters and spaces by a grammar, so they are valid UTF-8 as a trained
+ *         model's are. KILN_BEFORE_DIR runs it first with that build's kiln too.
  *   shared: 16 clients at once over 2 workers, one 500-token system prompt and a different
  *         20-token question each, 16 tokens out. Prints prompt tokens computed (from
  *         /metrics) against the naive sum, and TTFT p50.
@@ -321,9 +322,13 @@ static int chat_route(const char *model, const char *label)
         struct req r = {.port = kiln_port(k), .path = "/v1/chat/completions", .text = text};
         words(w, 8192, 100 + (uint32_t)turn, 100);
         json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", w));
-        req = json_pack("{s:O, s:i, s:f, s:b, s:b, s:{s:b}}", "messages", msgs, "max_tokens", 64,
-                        "temperature", 0.0, "ignore_eos", 1, "stream", 1, "stream_options",
-                        "include_usage", 1);
+        /* the grammar keeps the random model's answer to letters and spaces, valid UTF-8 as
+         * a trained model's answer is: a token that splits a character would reach the
+         * client as U+FFFD, which the model's ids do not spell, so the next turn could not
+         * reuse the answer past it */
+        req = json_pack("{s:O, s:i, s:f, s:b, s:b, s:{s:b}, s:s}", "messages", msgs,
+                        "max_tokens", 64, "temperature", 0.0, "ignore_eos", 1, "stream", 1,
+                        "stream_options", "include_usage", 1, "grammar", "root ::= [a-z ]+");
         r.body = json_dumps(req, JSON_COMPACT);
         json_decref(req);
         text[0] = '\0';
