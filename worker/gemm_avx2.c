@@ -21,7 +21,10 @@
 #define GEMM_FN kern_gemm_avx2
 #endif
 
-#define GEMM_SC 128
+/* Sequences per chunk: a 512-token prompt chunk in one, so each row block's panel is decoded
+ * and transposed once, not once per 128 sequences (the K types' decode is a tenth of their
+ * prefill) */
+#define GEMM_SC 512
 
 #define GEMM_MAXSB (GEMM_KC / QUANT_QK_K)
 
@@ -133,40 +136,53 @@ static AI void tile(const struct panel *P, const char *const *xs, const int S, c
         for (int k = 0; k < S; k++)
             ia[k] = _mm256_set1_epi32(ic[k * GEMM_MAXG + g]);
         const __m256i *c = &P->codes[g * (G / 4)];
-        _Pragma("GCC unroll 4")
-        for (int t = 0; t < G / 4; t += 2) {
-            __m256i w0 = _mm256_load_si256(c + t), w1 = _mm256_load_si256(c + t + 1);
-            __m256i a0 = sgn ? _mm256_abs_epi8(w0) : w0, a1 = sgn ? _mm256_abs_epi8(w1) : w1;
-            _Pragma("GCC unroll 4")
-            for (int k = 0; k < S; k++) {
-                int32_t v0, v1;
-                memcpy(&v0, xs[k] + off[g] + 4 * t, 4);
-                memcpy(&v1, xs[k] + off[g] + 4 * t + 4, 4);
-                __m256i x0 = _mm256_set1_epi32(v0), x1 = _mm256_set1_epi32(v1);
+        if (sgn) {
+            /* one dword column at a time: signed codes gain nothing from pairing (their
+             * products cannot share an int16), and fewer live vectors keep the sums ia out
+             * of the stack */
+            _Pragma("GCC unroll 8")
+            for (int t = 0; t < G / 4; t++) {
+                __m256i w = _mm256_load_si256(c + t), a = _mm256_abs_epi8(w);
+                _Pragma("GCC unroll 4")
+                for (int k = 0; k < S; k++) {
+                    int32_t v;
+                    memcpy(&v, xs[k] + off[g] + 4 * t, 4);
+                    /* |w| x sign(w) x: each pair at most 2 * 128 * 127 */
+                    __m256i x = _mm256_sign_epi8(_mm256_set1_epi32(v), w);
 #ifdef __AVXVNNI__
-                /* the same four-product sums, accumulated in int32 */
-                if (sgn) {
-                    x0 = _mm256_sign_epi8(x0, w0);
-                    x1 = _mm256_sign_epi8(x1, w1);
-                }
-                ia[k] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(ia[k], a0, x0), a1, x1);
-                (void)ones;
+                    ia[k] = _mm256_dpbusd_avx_epi32(ia[k], a, x);
 #else
-                if (sgn) {
-                    /* |w| x sign(w) x: each pair at most 2 * 128 * 127, apart */
-                    __m256i p0 = _mm256_maddubs_epi16(a0, _mm256_sign_epi8(x0, w0));
-                    __m256i p1 = _mm256_maddubs_epi16(a1, _mm256_sign_epi8(x1, w1));
-                    ia[k] = _mm256_add_epi32(ia[k], _mm256_add_epi32(_mm256_madd_epi16(p0, ones),
-                                                                     _mm256_madd_epi16(p1, ones)));
-                } else {
-                    /* codes <= 63: two pairs sum to at most 4 * 63 * 128 < 2^15 */
-                    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(a0, x0),
-                                                 _mm256_maddubs_epi16(a1, x1));
-                    ia[k] = _mm256_add_epi32(ia[k], _mm256_madd_epi16(p, ones));
-                }
+                    ia[k] = _mm256_add_epi32(ia[k],
+                                             _mm256_madd_epi16(_mm256_maddubs_epi16(a, x), ones));
 #endif
+                }
+            }
+        } else {
+            _Pragma("GCC unroll 4")
+            for (int t = 0; t < G / 4; t += 2) {
+                __m256i w0 = _mm256_load_si256(c + t), w1 = _mm256_load_si256(c + t + 1);
+                _Pragma("GCC unroll 4")
+                for (int k = 0; k < S; k++) {
+                    int32_t v0, v1;
+                    memcpy(&v0, xs[k] + off[g] + 4 * t, 4);
+                    memcpy(&v1, xs[k] + off[g] + 4 * t + 4, 4);
+                    __m256i x0 = _mm256_set1_epi32(v0), x1 = _mm256_set1_epi32(v1);
+#ifdef __AVXVNNI__
+                    /* the same four-product sums, accumulated in int32 */
+                    ia[k] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(ia[k], w0, x0), w1,
+                                                    x1);
+#else
+                    /* codes <= 63: two pairs sum to at most 4 * 63 * 128 < 2^15 */
+                    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(w0, x0),
+                                                 _mm256_maddubs_epi16(w1, x1));
+                    ia[k] = _mm256_add_epi32(ia[k], _mm256_madd_epi16(p, ones));
+#endif
+                }
             }
         }
+#ifdef __AVXVNNI__
+        (void)ones;
+#endif
         __m256 sc = _mm256_load_ps(P->scale[g]);
         __m256 bi = min ? _mm256_load_ps(P->bias[g]) : _mm256_setzero_ps();
         _Pragma("GCC unroll 4")
