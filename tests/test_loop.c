@@ -33,7 +33,7 @@
 
 #define WAIT_MS  10000 /* the bound on every wait: a hang becomes a failure */
 #define MAX_REQS 8
-#define MAX_LOG  64
+#define MAX_LOG  1024 /* more than any test's calls: a full log would drop the last ones */
 
 /* --- the recording model ---------------------------------------------------------------- */
 
