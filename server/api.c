@@ -277,7 +277,9 @@ static int encode_chat(struct request *r, const char *text, size_t len, unsigned
     size_t n_cuts = 0, cap = m->max_context;
 
     if (m->memo && !r->sampling.no_cache && len > 0) {
-        n_cuts = gen_memo_find(m->memo, text, len, cuts, 4);
+        n_cuts = gen_memo_find(m->memo,
+                               &(struct gen_memo_text){text, len, flags, plain, n_plain}, cuts,
+                               4);
         mt->memo[n_cuts ? METRICS_MEMO_SPLIT : METRICS_MEMO_NONE]++;
     }
     for (size_t i = 0; i < n_cuts; i++) {
@@ -437,15 +439,18 @@ static bool handle_generate(struct front *f, struct http_req *http, enum request
             goto fail_rc;
         }
         /* one BOS (the template's or the tokenizer's); content never parses as special */
-        rc = encode_chat(r, chat, strlen(chat),
-                         chat_encode_flags_text(&r->model->tmpl, r->model->tok, chat), spans,
-                         n_spans, p.max_tokens, &e);
-        free(spans);
+        unsigned flags = chat_encode_flags_text(&r->model->tmpl, r->model->tok, chat);
+        rc = encode_chat(r, chat, strlen(chat), flags, spans, n_spans, p.max_tokens, &e);
         if (rc == 0 && r->model->memo && !r->sampling.no_cache) {
             r->memo_text = chat; /* each choice's answer is remembered after it */
             r->memo_len = strlen(chat);
+            r->memo_flags = flags;
+            r->memo_plain = spans;
+            r->memo_n_plain = n_spans;
             chat = NULL;
+            spans = NULL;
         }
+        free(spans);
         if (rc < 0 && e.param && strcmp(e.param, "prompt") == 0)
             e.param = "messages";
     } else {

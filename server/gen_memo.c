@@ -18,6 +18,9 @@ struct entry {
     uint32_t *ids; /* the prompt's ids, then the generated ones */
     size_t n_prompt, n_gen;
     size_t *ends; /* n_gen + 1: text[0, ends[k]) is ids[0, n_prompt + k) */
+    unsigned flags;                /* the prompt's tokenizer flags */
+    struct tokenizer_span *plain;  /* its plain spans within text[0, ends[0]), none empty */
+    size_t n_plain;
     size_t bytes; /* what it holds */
 };
 
@@ -46,6 +49,7 @@ static void entry_free(struct entry *e)
     free(e->text);
     free(e->ids);
     free(e->ends);
+    free(e->plain);
     free(e);
 }
 
@@ -64,6 +68,25 @@ void gen_memo_destroy(struct gen_memo *m)
     while (!TAILQ_EMPTY(&m->lru))
         drop(m, TAILQ_FIRST(&m->lru));
     free(m);
+}
+
+/* The non-empty spans of p's plain ones, cut at end, into e->plain (NULL: none). The
+ * request's spans over text[0, end) are compared with these (spans_over()). */
+static int keep_spans(struct entry *e, const struct gen_memo_text *p, size_t end)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < p->n_plain && p->plain[i].off < end; i++)
+        n += p->plain[i].len > 0;
+    if (n == 0 || !(p->flags & TOKENIZER_PARSE_SPECIAL)) /* all of it is plain then */
+        return 0;
+    if (!(e->plain = malloc(n * sizeof(*e->plain))))
+        return -ENOMEM;
+    for (size_t i = 0; i < p->n_plain && p->plain[i].off < end; i++) {
+        size_t off = p->plain[i].off, stop = off + p->plain[i].len;
+        if (stop > off)
+            e->plain[e->n_plain++] = (struct tokenizer_span){off, (stop < end ? stop : end) - off};
+    }
+    return 0;
 }
 
 /* The generated pieces after the prompt's text; e->n_gen and e->ends set. */
@@ -88,28 +111,29 @@ static int spell(struct entry *e, const struct tokenizer *tok, const uint32_t *g
     return 0;
 }
 
-int gen_memo_add(struct gen_memo *m, const struct tokenizer *tok, const char *prompt_text,
-                 size_t prompt_len, const uint32_t *prompt, size_t n_prompt,
-                 const uint32_t *gen, size_t n_gen)
+int gen_memo_add(struct gen_memo *m, const struct tokenizer *tok, const struct gen_memo_text *p,
+                 const uint32_t *prompt, size_t n_prompt, const uint32_t *gen, size_t n_gen)
 {
     struct entry *e;
-    size_t cap = prompt_len + 64;
+    size_t cap;
 
     if (!m || n_prompt == 0)
         return 0;
+    cap = p->len + 64;
     if (!(e = calloc(1, sizeof(*e))) || !(e->text = malloc(cap)) ||
         !(e->ids = malloc((n_prompt + n_gen) * sizeof(uint32_t))) ||
-        !(e->ends = malloc((n_gen + 1) * sizeof(size_t))))
+        !(e->ends = malloc((n_gen + 1) * sizeof(size_t))) || keep_spans(e, p, p->len) < 0)
         goto oom;
-    memcpy(e->text, prompt_text, prompt_len);
-    e->len = prompt_len;
+    memcpy(e->text, p->text, p->len);
+    e->len = p->len;
+    e->flags = p->flags;
     e->n_prompt = n_prompt;
     if (spell(e, tok, gen, n_gen, cap) < 0)
         goto oom;
     memcpy(e->ids, prompt, n_prompt * sizeof(uint32_t));
     memcpy(e->ids + n_prompt, gen, e->n_gen * sizeof(uint32_t));
     e->bytes = sizeof(*e) + e->len + (n_prompt + e->n_gen) * sizeof(uint32_t) +
-               (e->n_gen + 1) * sizeof(size_t);
+               (e->n_gen + 1) * sizeof(size_t) + e->n_plain * sizeof(*e->plain);
     if (e->bytes > m->max_bytes) {
         entry_free(e);
         return 0;
@@ -141,6 +165,36 @@ static size_t shared(const struct entry *e, const char *text, size_t len)
     return i;
 }
 
+/* How far past e's prompt t may take e's ids as far as the spans say (c: as the text says,
+ * at least e->ends[0]), or 0 when t's flags or t's plain spans over e's prompt are not e's.
+ * Past the prompt only within the plain span of t the answer starts in: the answer's ids are
+ * ordinary text (spell() stops at a control token; a user-defined token plain text matches
+ * too), which t's text outside its spans need not be. */
+static size_t spans_over(const struct entry *e, const struct gen_memo_text *t, size_t c)
+{
+    size_t p = e->ends[0], j = 0, i;
+    if (t->flags != e->flags)
+        return 0;
+    if (!(t->flags & TOKENIZER_PARSE_SPECIAL))
+        return c; /* no text parses as special: the spans say nothing */
+    for (i = 0; i < t->n_plain && t->plain[i].off < p; i++) {
+        size_t off = t->plain[i].off, stop = off + t->plain[i].len;
+        if (stop == off)
+            continue;
+        if (j == e->n_plain || e->plain[j].off != off ||
+            e->plain[j].len != (stop < p ? stop : p) - off)
+            return 0;
+        if (++j == e->n_plain && stop > p) /* the answer starts inside this span */
+            return stop < c ? stop : c;
+    }
+    if (j != e->n_plain)
+        return 0;
+    for (; i < t->n_plain && t->plain[i].off == p; i++)
+        if (t->plain[i].len > 0) /* the answer starts this span */
+            return p + t->plain[i].len < c ? p + t->plain[i].len : c;
+    return p;
+}
+
 /* The last k with e->ends[k] <= c (e->ends[0] <= c). */
 static size_t last_end(const struct entry *e, size_t c)
 {
@@ -155,7 +209,7 @@ static size_t last_end(const struct entry *e, size_t c)
     return lo;
 }
 
-size_t gen_memo_find(struct gen_memo *m, const char *text, size_t len, struct gen_memo_cut *out,
+size_t gen_memo_find(struct gen_memo *m, const struct gen_memo_text *t, struct gen_memo_cut *out,
                      size_t max)
 {
     struct entry *e, *best = NULL;
@@ -164,8 +218,8 @@ size_t gen_memo_find(struct gen_memo *m, const char *text, size_t len, struct ge
     if (!m || max == 0)
         return 0;
     TAILQ_FOREACH(e, &m->lru, link) {
-        size_t c = shared(e, text, len);
-        if (c == 0)
+        size_t c = shared(e, t->text, t->len);
+        if (c == 0 || (c = spans_over(e, t, c)) == 0)
             continue;
         size_t k = last_end(e, c);
         if (!best || e->ends[k] > best->ends[best_k]) {

@@ -128,6 +128,7 @@ static void request_free(struct request *r)
     for (uint32_t i = 0; i < r->n_choices; i++)
         free(r->jobs[i].gen);
     free(r->memo_text);
+    free(r->memo_plain);
     free(r->prompt);
     free(r->grammar);
     free(r->echo_text);
@@ -324,8 +325,10 @@ void request_on_record(struct job *j, const struct proto_msg *m)
         j->state = JOB_DONE;
         j->worker = NULL;
         if (m->type == MSG_TYPE_DONE && r->memo_text && j->n_gen > 0 &&
-            gen_memo_add(r->model->memo, r->model->tok, r->memo_text, r->memo_len, r->prompt,
-                         r->n_prompt, j->gen, j->n_gen) < 0)
+            gen_memo_add(r->model->memo, r->model->tok,
+                         &(struct gen_memo_text){r->memo_text, r->memo_len, r->memo_flags,
+                                                 r->memo_plain, r->memo_n_plain},
+                         r->prompt, r->n_prompt, j->gen, j->n_gen) < 0)
             log_warn("request %" PRIu64 ": out of memory remembering its answer", j->req_id);
         if (wanted && m->type == MSG_TYPE_DONE) {
             relay_done(j->relay, m->u.done.reason, &out);

@@ -27,6 +27,7 @@ struct front;
 struct front_model;
 struct worker;
 struct relay;
+struct tokenizer_span;
 struct request;
 
 #define REQUEST_MAX_STOPS 4
@@ -114,6 +115,9 @@ struct request {
      * (gen_memo.h) when the model has a memo and the request allows reuse; else NULL */
     char *memo_text;
     size_t memo_len;
+    unsigned memo_flags;                /* the tokenizer flags it was encoded with */
+    struct tokenizer_span *memo_plain;  /* its plain spans (malloc'd; NULL when none) */
+    size_t memo_n_plain;
 
     uint32_t n_choices;     /* "n": how many jobs */
     struct job jobs[REQUEST_MAX_N];

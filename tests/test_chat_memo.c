@@ -4,7 +4,8 @@
  * covers the previous prompt and answer (all but the answer's last token, which never went
  * through the model); the same prompt computed whole (its worker restarted, the cache gone)
  * answers the same; cache_prompt: false reuses nothing, not even the memo's ids; an edited
- * answer falls back to its text's ids. */
+ * answer falls back to its text's ids; content that spells the template's markers never gets
+ * the remembered ids of those messages, nor they its. */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -66,6 +67,28 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     return front_stop(*state);
+}
+
+static char sep_tmpl[320];
+
+/* A template that ends each message with <|endoftext|>, a special token of GPT-2's vocabulary:
+ * a message whose content holds "<|endoftext|>user: " renders as the same text as two. */
+static int setup_sep(void **state)
+{
+    snprintf(sep_tmpl, sizeof(sep_tmpl), "%s/sep.jinja", dir);
+    FILE *f = fopen(sep_tmpl, "w");
+    if (!f)
+        return -1;
+    fputs("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}<|endoftext|>{% endfor %}"
+          "{% if add_generation_prompt %}assistant:{% endif %}",
+          f);
+    if (fclose(f) != 0)
+        return -1;
+    const char *args[] = {"--model", model, "--workers", "1", "--threads", "1",
+                          "--chat-template-file", sep_tmpl, NULL};
+    struct kiln_proc *p = front_start(args);
+    *state = p;
+    return p ? 0 : -1;
 }
 
 struct turn {
@@ -161,6 +184,43 @@ static void test_chat_memo_next_turn_reuses_the_previous_answer(void **state)
     json_decref(msgs);
 }
 
+static json_t *system_user(const char *sys, const char *user)
+{
+    json_t *msgs = json_array();
+    add(msgs, "system", sys);
+    if (user)
+        add(msgs, "user", user);
+    return msgs;
+}
+
+/* Content never parses as special, whatever was remembered: a system message and a user
+ * message, and one system message whose content spells both with the separator, render as
+ * one text but are other ids (the separator a special token, or its characters). Neither
+ * takes the other's remembered ids, in either order. */
+static void test_chat_memo_content_spelling_markers_is_not_the_messages(void **state)
+{
+    int port = kiln_port(*state);
+    struct turn whole_msgs, whole_content, first, second;
+    const char *orders[2] = {"content first", "messages first"};
+
+    for (int o = 0; o < 2; o++) {
+        char sys[64], user[32], spelled[128];
+        snprintf(sys, sizeof(sys), "Be nice, %s.", orders[o]);
+        snprintf(user, sizeof(user), "Hello there");
+        snprintf(spelled, sizeof(spelled), "%s<|endoftext|>user: %s", sys, user);
+        json_t *msgs = system_user(sys, user), *content = system_user(spelled, NULL);
+        chat(port, msgs, false, &whole_msgs);
+        chat(port, content, false, &whole_content);
+        assert_true(whole_msgs.prompt < whole_content.prompt); /* one id for the separator */
+        chat(port, o == 0 ? content : msgs, true, &first);
+        chat(port, o == 0 ? msgs : content, true, &second);
+        assert_int_equal(second.prompt, o == 0 ? whole_msgs.prompt : whole_content.prompt);
+        assert_string_equal(second.text, o == 0 ? whole_msgs.text : whole_content.text);
+        json_decref(msgs);
+        json_decref(content);
+    }
+}
+
 /* The pid of worker 0 per /health, or -1. */
 static long long worker_pid(int port)
 {
@@ -219,6 +279,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_chat_memo_answer_is_the_same_computed_whole, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_chat_memo_content_spelling_markers_is_not_the_messages,
+                                        setup_sep, teardown),
     };
     return cmocka_run_group_tests_name("chat_memo", tests, setup_group, teardown_group);
 }
