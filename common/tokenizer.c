@@ -425,59 +425,44 @@ static bool is_blank(char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
 }
 
-/* Whether the pieces of ids are exactly the bytes text[0, len). */
-static bool pieces_are(const struct tokenizer *t, const uint32_t *ids, size_t n,
-                       const char *text, size_t len)
-{
-    char buf[512];
-    size_t at = 0;
-    for (size_t i = 0; i < n; i++) {
-        int k = tokenizer_piece(t, ids[i], true, buf, sizeof(buf));
-        if (k < 0 || (size_t)k > sizeof(buf) || (size_t)k > len - at ||
-            memcmp(buf, text + at, (size_t)k) != 0)
-            return false;
-        at += (size_t)k;
-    }
-    return at == len;
-}
-
-/* The tokens of the plain run text[start, end) from byte from on (start < from < end),
- * into o, when the run's encoding splits there: it is some tokens whose pieces are exactly
- * text[start, from), then the encoding of text[from, end) alone. Only byte-level BPE runs
- * can (its pre-tokenizer cuts words; SentencePiece encodes a run as one). -ESRCH when not. */
+/* The plain run text[start, end) from byte from on (start < from < end), into o, when the
+ * run's encoding has a token boundary there: its first tokens' pieces are exactly
+ * text[start, from), and the rest of its tokens go out. Those are the tokens the whole
+ * text's encoding has from from on, whatever ids stand for the bytes before. Only byte-level
+ * BPE runs can (its pre-tokenizer cuts words; SentencePiece encodes a run as one). One
+ * encoding of the run, as the whole text's takes. -ESRCH when not. */
 static int plain_tail(const struct tokenizer *t, const char *text, size_t start, size_t end,
                       size_t from, struct tok_out *o)
 {
-    struct tok_out whole = {0}, tail = {0};
-    int err = -ESRCH;
+    struct tok_out whole = {0};
+    char buf[512];
+    size_t at = start, head = 0;
+    int err;
 
     if (t->kind != TOKENIZER_KIND_BPE)
         return -ESRCH;
-    /* a byte-level word of L bytes is at most L tokens */
-    whole.cap = end - start;
-    tail.cap = end - from;
-    whole.ids = malloc(whole.cap * sizeof(uint32_t));
-    tail.ids = malloc(tail.cap * sizeof(uint32_t));
-    if (!whole.ids || !tail.ids) {
-        err = -ENOMEM;
-        goto out;
-    }
-    if ((err = tok_bpe_encode(t, text + start, end - start, &whole)) < 0 ||
-        (err = tok_bpe_encode(t, text + from, end - from, &tail)) < 0)
+    whole.cap = end - start; /* a byte-level word of L bytes is at most L tokens */
+    if (!(whole.ids = malloc(whole.cap * sizeof(uint32_t))))
+        return -ENOMEM;
+    if ((err = tok_bpe_encode(t, text + start, end - start, &whole)) < 0)
         goto out;
     err = -ESRCH;
-    if (whole.n > whole.cap || tail.n > tail.cap || tail.n > whole.n)
+    if (whole.n > whole.cap)
         goto out;
-    size_t head = whole.n - tail.n;
-    if (memcmp(whole.ids + head, tail.ids, tail.n * sizeof(uint32_t)) != 0 ||
-        !pieces_are(t, whole.ids, head, text + start, from - start))
-        goto out;
-    for (size_t i = 0; i < tail.n; i++)
-        tok_out_push(o, tail.ids[i]);
+    while (at < from && head < whole.n) {
+        int k = tokenizer_piece(t, whole.ids[head++], true, buf, sizeof(buf));
+        if (k < 0 || (size_t)k > sizeof(buf) || (size_t)k > end - at ||
+            memcmp(buf, text + at, (size_t)k) != 0)
+            goto out;
+        at += (size_t)k;
+    }
+    if (at != from)
+        goto out; /* from is inside a token */
+    for (; head < whole.n; head++)
+        tok_out_push(o, whole.ids[head]);
     err = 0;
 out:
     free(whole.ids);
-    free(tail.ids);
     return err;
 }
 

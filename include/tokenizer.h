@@ -66,9 +66,9 @@ long tokenizer_encode_masked(const struct tokenizer *t, const char *text, size_t
  * text[0, from) followed by these stand for the whole text (a chat's next turn puts the
  * model's own ids for its previous answer there, server/gen_memo.h). Such points: 0; the
  * start of a special token the encoding takes as one (no blanks dropped before it); the end
- * of one; any byte of the byte tokenizer; and inside a byte-level BPE run, a point where
- * the run's encoding is some tokens whose pieces are exactly the bytes before it, then the
- * encoding of the run's rest alone (checked by encoding both). SentencePiece runs have no
+ * of one; any byte of the byte tokenizer; and inside a byte-level BPE run, a token boundary
+ * of the run's encoding (its first tokens' pieces are exactly the bytes before the point;
+ * the run is encoded once, as the whole text's encoding does). SentencePiece runs have no
  * such point inside (their space prefix and merges span the run). No BOS unless from is 0.
  * Returns the count as tokenizer_encode_masked() does, -ESRCH when from is no such point,
  * or -errno. */

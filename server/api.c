@@ -265,21 +265,23 @@ static int encode_prompt(struct request *r, const char *text, size_t len, unsign
  * prompt starts with, where the rest can be tokenized on its own
  * (tokenizer_encode_masked_from()), then the rest's; else encode_prompt()'s. The ids so
  * stand for the same text, with the model's own for its previous answer, which the
- * worker's cache holds. Not with cache_prompt: false (the prompt is then as its text alone
- * says, whatever was remembered). */
+ * worker's cache holds. Two points are tried, the longest and the entry's prompt alone: a
+ * failing one costs an encoding of its run (up to the whole text) on the front's loop. Not
+ * with cache_prompt: false (the prompt is then as its text alone says, whatever was
+ * remembered). */
 static int encode_chat(struct request *r, const char *text, size_t len, unsigned flags,
                        const struct tokenizer_span *plain, size_t n_plain, uint32_t max_tokens,
                        struct perr *e)
 {
     const struct front_model *m = r->model;
     struct metrics *mt = &r->f->metrics;
-    struct gen_memo_cut cuts[4];
+    struct gen_memo_cut cuts[2];
     size_t n_cuts = 0, cap = m->max_context;
 
     if (m->memo && !r->sampling.no_cache && len > 0) {
         n_cuts = gen_memo_find(m->memo,
                                &(struct gen_memo_text){text, len, flags, plain, n_plain}, cuts,
-                               4);
+                               2);
         mt->memo[n_cuts ? METRICS_MEMO_SPLIT : METRICS_MEMO_NONE]++;
     }
     for (size_t i = 0; i < n_cuts; i++) {

@@ -233,6 +233,8 @@ size_t gen_memo_find(struct gen_memo *m, const struct gen_memo_text *t, struct g
     TAILQ_INSERT_HEAD(&m->lru, best, link);
     for (size_t k = best_k + 1; k-- > 0 && n < max;)
         out[n++] = (struct gen_memo_cut){best->ends[k], best->ids, best->n_prompt + k};
+    if (out[n - 1].n_ids != best->n_prompt) /* the prompt alone comes last */
+        out[n - 1] = (struct gen_memo_cut){best->ends[0], best->ids, best->n_prompt};
     return n;
 }
 

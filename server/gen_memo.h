@@ -62,7 +62,9 @@ int gen_memo_add(struct gen_memo *m, const struct tokenizer *tok, const struct g
 /* The points where the prompt t could take over a remembered entry's ids: of the entries
  * whose whole prompt t starts with, with t's flags and t's plain spans over it, the one whose
  * text shares the longest prefix with t's, the points within that shared prefix, longest
- * first, at most max of them (the entry becomes the most recently used). A point past the
+ * first, at most max of them, the last always the entry's prompt alone (a point the rest
+ * cannot be tokenized from, mid-word, still leaves that one to try; the entry becomes the
+ * most recently used). A point past the
  * entry's prompt must lie in the plain span of t that the answer starts in (the answer's ids
  * hold no special token but user-defined ones, which plain text matches too; elsewhere t's
  * text could parse as special tokens the answer's ids spell as ordinary characters).

@@ -54,6 +54,9 @@ static void test_gen_memo_finds_the_longest_remembered_prompt_and_answer(void **
     static const uint32_t he[] = {' ', 'h', 'e'};
     assert_memory_equal(c[0].ids + 23, he, sizeof(he));
     assert_int_equal(c[1].bytes, c[0].bytes - 1);
+    /* the last point is the prompt alone, tried when the others are no place to cut at */
+    assert_int_equal(c[3].bytes, strlen("sys\nuser: hi\nassistant:"));
+    assert_int_equal(c[3].n_ids, c[3].bytes);
     /* a client sent less of the answer (a stop string cut it): the points within it */
     n = find(m, "sys\nuser: hi\nassistant: helXo", c);
     assert_int_equal(n, 4);
