@@ -111,6 +111,24 @@ static int spell(struct entry *e, const struct tokenizer *tok, const uint32_t *g
     return 0;
 }
 
+/* The text buffer grew by doubling and ids/ends were sized for every generated id: cut
+ * them to what the entry holds, so that e->bytes is what it allocated (a failing shrink
+ * keeps the larger buffer, which is still valid). */
+static void shrink(struct entry *e, size_t n_gen)
+{
+    char *t = e->len ? realloc(e->text, e->len) : NULL;
+    if (t)
+        e->text = t;
+    if (e->n_gen == n_gen)
+        return;
+    uint32_t *ids = realloc(e->ids, (e->n_prompt + e->n_gen) * sizeof(uint32_t));
+    if (ids)
+        e->ids = ids;
+    size_t *ends = realloc(e->ends, (e->n_gen + 1) * sizeof(size_t));
+    if (ends)
+        e->ends = ends;
+}
+
 int gen_memo_add(struct gen_memo *m, const struct tokenizer *tok, const struct gen_memo_text *p,
                  const uint32_t *prompt, size_t n_prompt, const uint32_t *gen, size_t n_gen)
 {
@@ -132,6 +150,7 @@ int gen_memo_add(struct gen_memo *m, const struct tokenizer *tok, const struct g
         goto oom;
     memcpy(e->ids, prompt, n_prompt * sizeof(uint32_t));
     memcpy(e->ids + n_prompt, gen, e->n_gen * sizeof(uint32_t));
+    shrink(e, n_gen);
     e->bytes = sizeof(*e) + e->len + (n_prompt + e->n_gen) * sizeof(uint32_t) +
                (e->n_gen + 1) * sizeof(size_t) + e->n_plain * sizeof(*e->plain);
     if (e->bytes > m->max_bytes) {
