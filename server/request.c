@@ -273,17 +273,22 @@ static void job_token(struct job *j, const struct proto_token *t)
 {
     struct relay_out out;
     j->n_tokens++;
-    if (j->req->memo_text && j->n_gen < UINT32_MAX / 2) { /* the memo's copy (gen_memo.h) */
+    if (j->req->memo_text && !j->gen_full) { /* the memo's copy (gen_memo.h) */
         if (j->n_gen == j->gen_cap) {
-            uint32_t cap = j->gen_cap ? 2 * j->gen_cap : 64;
-            uint32_t *g = realloc(j->gen, cap * sizeof(*g));
+            uint32_t cap = j->gen_cap ? 2 * j->gen_cap : 64, *g = NULL;
+            if (j->gen_cap < UINT32_MAX / 2)
+                g = realloc(j->gen, cap * sizeof(*g));
             if (g) {
                 j->gen = g;
                 j->gen_cap = cap;
             }
         }
+        /* a token left out would make the later ones stand for other text than the
+         * worker's cache holds: the copy ends at the first one it cannot keep */
         if (j->n_gen < j->gen_cap)
             j->gen[j->n_gen++] = t->token;
+        else
+            j->gen_full = true;
     }
     if (j->state != JOB_STARTED)
         return;

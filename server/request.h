@@ -63,6 +63,7 @@ struct job {
     uint32_t n_tokens;  /* TOKEN records received (in flight after a cancel too) */
     /* the ids of those records, kept for the chat memo when the request has memo_text */
     uint32_t *gen, n_gen, gen_cap;
+    bool gen_full; /* growing gen failed: it stops there (still the worker's first ids) */
     uint64_t t_last_us; /* hist_now_us() of its last text */
 };
 
