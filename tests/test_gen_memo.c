@@ -14,6 +14,9 @@
 #include "../server/gen_memo.h"
 #include "tokenizer.h"
 
+/* The prompt text s with flags and plain spans. */
+#define TXT(s, flags, plain, n) (&(struct gen_memo_text){(s), strlen(s), (flags), (plain), (n)})
+
 static void ids_of(const char *s, uint32_t *out)
 {
     for (size_t i = 0; s[i]; i++)
@@ -27,14 +30,14 @@ static void add(struct gen_memo *m, const struct tokenizer *t, const char *promp
     uint32_t p[256], g[256];
     ids_of(prompt, p);
     ids_of(answer, g);
-    assert_int_equal(gen_memo_add(m, t, &(struct gen_memo_text){.text = prompt, .len = strlen(prompt)}, p,
+    assert_int_equal(gen_memo_add(m, t, TXT(prompt, 0, NULL, 0), p,
                                   strlen(prompt), g, strlen(answer)),
                      0);
 }
 
 static size_t find(struct gen_memo *m, const char *text, struct gen_memo_cut *cuts)
 {
-    return gen_memo_find(m, &(struct gen_memo_text){.text = text, .len = strlen(text)}, cuts, 4);
+    return gen_memo_find(m, TXT(text, 0, NULL, 0), cuts, 4);
 }
 
 static void test_gen_memo_finds_the_longest_remembered_prompt_and_answer(void **state)
@@ -80,7 +83,7 @@ static void test_gen_memo_keeps_generated_ids_up_to_a_control_token(void **state
     uint32_t p[] = {'q', ':'}, g[] = {'o', 'k', TOKENIZER_BYTES_EOS, 'x'};
     (void)state;
 
-    assert_int_equal(gen_memo_add(m, t, &(struct gen_memo_text){.text = "q:", .len = 2}, p, 2, g, 4), 0);
+    assert_int_equal(gen_memo_add(m, t, TXT("q:", 0, NULL, 0), p, 2, g, 4), 0);
     /* EOS's piece is empty: the text re-sent has nothing for it, so it ends the entry */
     assert_int_equal(find(m, "q:okx", c), 3);
     assert_int_equal(c[0].bytes, 4);
@@ -148,53 +151,33 @@ static void test_gen_memo_finds_an_entry_only_with_its_plain_spans(void **state)
 
     ids_of(prompt, p);
     ids_of(" hi", g);
-    assert_int_equal(gen_memo_add(m, t, &(struct gen_memo_text){prompt, strlen(prompt), parse, two, 2},
-                                  p, strlen(prompt), g, 3),
-                     0);
+    assert_int_equal(gen_memo_add(m, t, TXT(prompt, parse, two, 2), p, strlen(prompt), g, 3), 0);
     /* the next turn: the answer is content (a span from the end of the prompt) */
     const char *next = "system: S<E>user: U<E>assistant: hi<E>user: V<E>assistant:";
     const struct tokenizer_span turn[] = {{8, 1}, {18, 1}, {32, 3}, {44, 1}};
-    assert_int_equal(gen_memo_find(m, &(struct gen_memo_text){next, strlen(next), parse, turn, 4},
-                                   c, 4),
-                     4);
+    assert_int_equal(gen_memo_find(m, TXT(next, parse, turn, 4), c, 4), 4);
     assert_int_equal(c[0].bytes, 35);
     /* the same text with the markers in one system message's content: not this entry */
     const struct tokenizer_span inj[] = {{8, 11}, {32, 3}, {44, 1}};
-    assert_int_equal(gen_memo_find(m, &(struct gen_memo_text){next, strlen(next), parse, inj, 3},
-                                   c, 4),
-                     0);
-    assert_int_equal(gen_memo_find(m, &(struct gen_memo_text){prompt, strlen(prompt), parse, one, 1},
-                                   c, 4),
-                     0);
+    assert_int_equal(gen_memo_find(m, TXT(next, parse, inj, 3), c, 4), 0);
+    assert_int_equal(gen_memo_find(m, TXT(prompt, parse, one, 1), c, 4), 0);
     /* other flags: not this entry */
-    assert_int_equal(gen_memo_find(m, &(struct gen_memo_text){next, strlen(next), 0, turn, 4}, c,
-                                   4),
-                     0);
+    assert_int_equal(gen_memo_find(m, TXT(next, 0, turn, 4), c, 4), 0);
     /* the answer's text outside the client's text (it could parse as special there): the
      * prompt alone */
     const struct tokenizer_span bare[] = {{8, 1}, {18, 1}};
-    assert_int_equal(gen_memo_find(m, &(struct gen_memo_text){next, strlen(next), parse, bare, 2},
-                                   c, 4),
-                     1);
+    assert_int_equal(gen_memo_find(m, TXT(next, parse, bare, 2), c, 4), 1);
     assert_int_equal(c[0].bytes, strlen(prompt));
     /* ... and only as far as the span the answer starts in */
     const struct tokenizer_span part[] = {{8, 1}, {18, 1}, {32, 2}};
-    assert_int_equal(gen_memo_find(m, &(struct gen_memo_text){next, strlen(next), parse, part, 3},
-                                   c, 4),
-                     3);
+    assert_int_equal(gen_memo_find(m, TXT(next, parse, part, 3), c, 4), 3);
     assert_int_equal(c[0].bytes, 34);
     /* an entry remembered with the markers as content is not found by the messages */
     gen_memo_destroy(m);
     m = gen_memo_create(8, 1 << 20);
-    assert_int_equal(gen_memo_add(m, t, &(struct gen_memo_text){prompt, strlen(prompt), parse, one, 1},
-                                  p, strlen(prompt), g, 3),
-                     0);
-    assert_int_equal(gen_memo_find(m, &(struct gen_memo_text){prompt, strlen(prompt), parse, two, 2},
-                                   c, 4),
-                     0);
-    assert_int_equal(gen_memo_find(m, &(struct gen_memo_text){prompt, strlen(prompt), parse, one, 1},
-                                   c, 4),
-                     1);
+    assert_int_equal(gen_memo_add(m, t, TXT(prompt, parse, one, 1), p, strlen(prompt), g, 3), 0);
+    assert_int_equal(gen_memo_find(m, TXT(prompt, parse, two, 2), c, 4), 0);
+    assert_int_equal(gen_memo_find(m, TXT(prompt, parse, one, 1), c, 4), 1);
     gen_memo_destroy(m);
     tokenizer_destroy(t);
 }
@@ -203,9 +186,8 @@ static void test_gen_memo_of_no_entries_is_off(void **state)
 {
     (void)state;
     assert_null(gen_memo_create(0, 1 << 20));
-    assert_int_equal(gen_memo_add(NULL, NULL, &(struct gen_memo_text){.text = "a", .len = 1}, NULL, 0, NULL, 0),
-                     0);
-    assert_int_equal(gen_memo_find(NULL, &(struct gen_memo_text){.text = "a", .len = 1}, NULL, 4), 0);
+    assert_int_equal(gen_memo_add(NULL, NULL, TXT("a", 0, NULL, 0), NULL, 0, NULL, 0), 0);
+    assert_int_equal(gen_memo_find(NULL, TXT("a", 0, NULL, 0), NULL, 4), 0);
 }
 
 int main(void)
