@@ -3,6 +3,7 @@
  * with a Gemma-shaped vocabulary of thousands of special tokens that share a first byte
  * (<unusedN> control and <tN> user-defined ones), the splitter's worst case. Best of a few
  * runs. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,8 +103,34 @@ static struct gguf *special_vocab(uint8_t **buf)
     return g;
 }
 
+/* The chat memo's cut (tokenizer_encode_masked_from) in the middle of the text, one run:
+ * at a word's start and inside a word, each as a ratio to encoding the whole text (whole,
+ * seconds); what a chat turn adds to its tokenizing on the front's loop per point tried. */
+static void bench_from(const struct tokenizer *t, const char *text, size_t len, unsigned flags,
+                       double whole, uint32_t *ids, size_t cap)
+{
+    size_t word = len / 2;
+    while (word < len && text[word] != ' ')
+        word++;
+    const size_t points[2] = {word, word + 3};
+    const char *names[2] = {"a word's start", "inside a word"};
+    for (int k = 0; k < 2; k++) {
+        double best = 1e30;
+        long n = 0;
+        for (int r = 0; r < RUNS; r++) {
+            double t0 = now();
+            n = tokenizer_encode_masked_from(t, text, len, flags, NULL, 0, points[k], ids, cap);
+            double dt = now() - t0;
+            if (dt < best)
+                best = dt;
+        }
+        printf("  from %s: %.2fx the whole text's time (%s, %.1f ms)\n", names[k],
+               best / whole, n >= 0 ? "taken" : "not a point", best * 1e3);
+    }
+}
+
 static int bench(const char *label, const char *file, const char *text, size_t len,
-                 uint32_t *ids, size_t cap)
+                 uint32_t *ids, size_t cap, bool from)
 {
     const char *dir = getenv("KILN_SHARED");
     char path[1024], err[256];
@@ -147,6 +174,8 @@ static int bench(const char *label, const char *file, const char *text, size_t l
     }
     printf("tokenizer %s: %.1f MB/s (%zu bytes -> %ld tokens in %.1f ms)\n", label,
            (double)len / best / 1e6, len, n, best * 1e3);
+    if (from)
+        bench_from(t, text, len, flags, best, ids, cap);
     tokenizer_destroy(t);
     return 0;
 }
@@ -158,11 +187,11 @@ int main(void)
     int rc = 1;
     if (text && ids) {
         size_t len = strlen(text);
-        rc = bench("llama-spm", "ggml-vocab-llama-spm.gguf", text, len, ids, TEXT_BYTES);
-        rc |= bench("gpt-2", "ggml-vocab-gpt-2.gguf", text, len, ids, TEXT_BYTES);
+        rc = bench("llama-spm", "ggml-vocab-llama-spm.gguf", text, len, ids, TEXT_BYTES, false);
+        rc |= bench("gpt-2", "ggml-vocab-gpt-2.gguf", text, len, ids, TEXT_BYTES, true);
         for (size_t i = 0; i < len; i++) /* "<p>hello</p> " over and over */
             text[i] = "<p>hello</p> "[i % 13];
-        rc |= bench("8000 specials, HTML", NULL, text, len, ids, TEXT_BYTES);
+        rc |= bench("8000 specials, HTML", NULL, text, len, ids, TEXT_BYTES, false);
     }
     free(ids);
     free(text);
