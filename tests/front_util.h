@@ -171,6 +171,31 @@ static inline bool front_ready_cond(void *arg)
     return ok;
 }
 
+/* The pid of worker i per /health, or -1. */
+static inline long long front_worker_pid(int port, int i)
+{
+    json_t *h = front_health(port);
+    json_t *w = json_array_get(json_object_get(h, "workers"), (size_t)i);
+    long long pid = w && json_is_integer(json_object_get(w, "pid"))
+                        ? json_integer_value(json_object_get(w, "pid"))
+                        : -1;
+    json_decref(h);
+    return pid;
+}
+
+/* For wait_until(): worker 0 has a pid other than old_pid and every worker is ready. */
+struct front_respawn {
+    int port;
+    long long old_pid;
+};
+
+static inline bool front_respawned(void *arg)
+{
+    struct front_respawn *r = arg;
+    long long pid = front_worker_pid(r->port, 0);
+    return pid > 0 && pid != r->old_pid && front_ready_cond(&r->port);
+}
+
 /* Start kiln with args and wait until all its workers are ready. NULL on failure. */
 static inline struct kiln_proc *front_start(const char *const *args)
 {

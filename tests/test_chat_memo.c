@@ -222,29 +222,6 @@ static void test_chat_memo_content_spelling_markers_is_not_the_messages(void **s
 }
 
 /* The pid of worker 0 per /health, or -1. */
-static long long worker_pid(int port)
-{
-    json_t *h = front_health(port);
-    json_t *w = json_array_get(json_object_get(h, "workers"), 0);
-    long long pid = w && json_is_integer(json_object_get(w, "pid"))
-                        ? json_integer_value(json_object_get(w, "pid"))
-                        : -1;
-    json_decref(h);
-    return pid;
-}
-
-struct respawn {
-    int port;
-    long long old_pid;
-};
-
-static bool respawned(void *arg)
-{
-    struct respawn *r = arg;
-    long long pid = worker_pid(r->port);
-    return pid > 0 && pid != r->old_pid && front_ready_cond(&r->port);
-}
-
 static void test_chat_memo_answer_is_the_same_computed_whole(void **state)
 {
     int port = kiln_port(*state);
@@ -261,10 +238,10 @@ static void test_chat_memo_answer_is_the_same_computed_whole(void **state)
 
     /* the worker goes, and its cache with it; the front's memo stays, so the same ids are
      * sent and computed whole */
-    struct respawn r = {port, worker_pid(port)};
+    struct front_respawn r = {port, front_worker_pid(port, 0)};
     assert_true(r.old_pid > 0);
     assert_int_equal(kill((pid_t)r.old_pid, SIGKILL), 0);
-    assert_true(wait_until(respawned, &r, 20000));
+    assert_true(wait_until(front_respawned, &r, 20000));
     chat(port, msgs, true, &again);
     assert_int_equal(again.cached, 0);
     assert_int_equal(again.prompt, t2.prompt);

@@ -48,30 +48,6 @@ static unsigned long long routed(int port, const char *reason)
     return n;
 }
 
-/* The pid of worker i per /health, or -1. */
-static long long worker_pid(int port, int i)
-{
-    json_t *h = front_health(port);
-    json_t *w = json_array_get(json_object_get(h, "workers"), (size_t)i);
-    long long pid = w && json_is_integer(json_object_get(w, "pid"))
-                        ? json_integer_value(json_object_get(w, "pid"))
-                        : -1;
-    json_decref(h);
-    return pid;
-}
-
-struct respawn {
-    int port;
-    long long old_pid;
-};
-
-static bool respawned(void *arg)
-{
-    struct respawn *r = arg;
-    long long pid = worker_pid(r->port, 0);
-    return pid > 0 && pid != r->old_pid && front_ready_cond(&r->port);
-}
-
 static void test_route_prefix_goes_to_its_worker_and_dies_with_it(void **state)
 {
     (void)state;
@@ -90,10 +66,10 @@ static void test_route_prefix_goes_to_its_worker_and_dies_with_it(void **state)
     assert_int_equal(routed(port, "prefix"), 1);
 
     /* the worker that held them dies: its index goes with it */
-    struct respawn r = {port, worker_pid(port, 0)};
+    struct front_respawn r = {port, front_worker_pid(port, 0)};
     assert_true(r.old_pid > 0);
     assert_int_equal(kill((pid_t)r.old_pid, SIGKILL), 0);
-    assert_true(wait_until(respawned, &r, 20000));
+    assert_true(wait_until(front_respawned, &r, 20000));
     assert_int_equal(cached_tokens(port), 0);
     assert_int_equal(routed(port, "prefix"), 1);
     assert_int_equal(routed(port, "least_loaded"), 2);

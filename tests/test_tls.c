@@ -207,6 +207,18 @@ static SSL *tls_connect(int port, int rcvbuf, SSL_CTX **ctx, int *fd)
     return ssl;
 }
 
+/* POST body to /v1/completions over ssl, with Connection: close. */
+static void tls_post(SSL *ssl, const char *body)
+{
+    char req[512];
+    int n = snprintf(req, sizeof(req),
+                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                     strlen(body), body);
+    assert_true(n > 0 && n < (int)sizeof(req));
+    assert_int_equal(SSL_write(ssl, req, n), n);
+}
+
 /* A client that sends its request and shuts its sending side (TCP) still reads the answer. */
 static void test_tls_half_closed_client_gets_its_answer(void **state)
 {
@@ -215,13 +227,7 @@ static void test_tls_half_closed_client_gets_its_answer(void **state)
     SSL_CTX *ctx;
     int fd;
     SSL *ssl = tls_connect(port, 0, &ctx, &fd);
-    static const char body[] = "{\"prompt\":\"hi\",\"max_tokens\":4}";
-    char req[512];
-    int n = snprintf(req, sizeof(req),
-                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                     "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                     sizeof(body) - 1, body);
-    assert_int_equal(SSL_write(ssl, req, n), n);
+    tls_post(ssl, "{\"prompt\":\"hi\",\"max_tokens\":4}");
     assert_int_equal(shutdown(fd, SHUT_WR), 0);
     char resp[16384];
     size_t got = 0;
@@ -267,14 +273,7 @@ static void test_tls_unread_stream_pauses_then_resumes_whole(void **state)
     SSL_CTX *ctx;
     int fd;
     SSL *ssl = tls_connect(port, 4096, &ctx, &fd);
-    static const char body[] =
-        "{\"prompt\":\"hi\",\"stream\":true,\"max_tokens\":4000,\"ignore_eos\":true}";
-    char req[512];
-    int n = snprintf(req, sizeof(req),
-                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                     "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                     sizeof(body) - 1, body);
-    assert_int_equal(SSL_write(ssl, req, n), n);
+    tls_post(ssl, "{\"prompt\":\"hi\",\"stream\":true,\"max_tokens\":4000,\"ignore_eos\":true}");
     struct paused_cond pc = {port};
     assert_true(wait_until(stream_paused, &pc, 20000));
     /* now read it all: the text of every frame, joined, is the mock's reply */
