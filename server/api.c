@@ -227,6 +227,17 @@ static int chat_text(struct request *r, json_t *o, char **text, struct tokenizer
     return rc;
 }
 
+/* The request's prompt: the n ids (malloc'd, under the model's context), cut to fit, and
+ * the room they leave for max_tokens (0: all of it). */
+static void prompt_set(struct request *r, uint32_t *ids, uint32_t n, uint32_t max_tokens)
+{
+    uint32_t room = r->model->max_context - n;
+    uint32_t *shrunk = realloc(ids, (size_t)n * sizeof(uint32_t));
+    r->prompt = shrunk ? shrunk : ids;
+    r->n_prompt = n;
+    r->max_new_tokens = max_tokens && max_tokens < room ? max_tokens : room;
+}
+
 /* Tokens for text; sets r->prompt and the length checks of DESIGN "generate". */
 static int encode_prompt(struct request *r, const char *text, size_t len, unsigned flags,
                          const struct tokenizer_span *plain, size_t n_plain,
@@ -252,12 +263,7 @@ static int encode_prompt(struct request *r, const char *text, size_t len, unsign
         e->status = 400;
         return -EINVAL;
     }
-    r->n_prompt = (uint32_t)n;
-    uint32_t room = m->max_context - r->n_prompt;
-    r->max_new_tokens = max_tokens && max_tokens < room ? max_tokens : room;
-    uint32_t *shrunk = realloc(r->prompt, (size_t)n * sizeof(uint32_t));
-    if (shrunk)
-        r->prompt = shrunk;
+    prompt_set(r, r->prompt, (uint32_t)n, max_tokens);
     return 0;
 }
 
@@ -276,14 +282,12 @@ static int encode_chat(struct request *r, const char *text, size_t len, unsigned
     const struct front_model *m = r->model;
     struct metrics *mt = &r->f->metrics;
     struct gen_memo_cut cuts[2];
-    size_t n_cuts = 0, cap = m->max_context;
+    size_t cap = m->max_context;
 
-    if (m->memo && !r->sampling.no_cache && len > 0) {
-        n_cuts = gen_memo_find(m->memo,
-                               &(struct gen_memo_text){text, len, flags, plain, n_plain}, cuts,
-                               2);
-        mt->memo[n_cuts ? METRICS_MEMO_SPLIT : METRICS_MEMO_NONE]++;
-    }
+    if (!m->memo || r->sampling.no_cache || len == 0)
+        return encode_prompt(r, text, len, flags, plain, n_plain, max_tokens, e);
+    struct gen_memo_text t = {text, len, flags, plain, n_plain};
+    size_t n_cuts = gen_memo_find(m->memo, &t, cuts, 2);
     for (size_t i = 0; i < n_cuts; i++) {
         if (cuts[i].n_ids >= cap)
             continue;
@@ -300,18 +304,12 @@ static int encode_chat(struct request *r, const char *text, size_t len, unsigned
                 return -ENOMEM;
             continue;
         }
-        mt->memo[METRICS_MEMO_SPLIT]--;
         mt->memo[METRICS_MEMO_REUSED]++;
         mt->memo_tokens += cuts[i].n_ids;
-        r->prompt = ids;
-        r->n_prompt = (uint32_t)(cuts[i].n_ids + (size_t)n);
-        uint32_t room = m->max_context - r->n_prompt;
-        r->max_new_tokens = max_tokens && max_tokens < room ? max_tokens : room;
-        uint32_t *shrunk = realloc(r->prompt, r->n_prompt * sizeof(uint32_t));
-        if (shrunk)
-            r->prompt = shrunk;
+        prompt_set(r, ids, (uint32_t)(cuts[i].n_ids + (size_t)n), max_tokens);
         return 0;
     }
+    mt->memo[n_cuts ? METRICS_MEMO_SPLIT : METRICS_MEMO_NONE]++;
     return encode_prompt(r, text, len, flags, plain, n_plain, max_tokens, e);
 }
 
@@ -444,11 +442,8 @@ static bool handle_generate(struct front *f, struct http_req *http, enum request
         unsigned flags = chat_encode_flags_text(&r->model->tmpl, r->model->tok, chat);
         rc = encode_chat(r, chat, strlen(chat), flags, spans, n_spans, p.max_tokens, &e);
         if (rc == 0 && r->model->memo && !r->sampling.no_cache) {
-            r->memo_text = chat; /* each choice's answer is remembered after it */
-            r->memo_len = strlen(chat);
-            r->memo_flags = flags;
-            r->memo_plain = spans;
-            r->memo_n_plain = n_spans;
+            /* each choice's answer is remembered after it; the request frees both */
+            r->memo = (struct gen_memo_text){chat, strlen(chat), flags, spans, n_spans};
             chat = NULL;
             spans = NULL;
         }

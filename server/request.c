@@ -127,8 +127,8 @@ static void request_free(struct request *r)
         free(r->stops[i]);
     for (uint32_t i = 0; i < r->n_choices; i++)
         free(r->jobs[i].gen);
-    free(r->memo_text);
-    free(r->memo_plain);
+    free((char *)r->memo.text);
+    free((struct tokenizer_span *)r->memo.plain);
     free(r->prompt);
     free(r->grammar);
     free(r->echo_text);
@@ -273,7 +273,7 @@ static void job_token(struct job *j, const struct proto_token *t)
 {
     struct relay_out out;
     j->n_tokens++;
-    if (j->req->memo_text && !j->gen_full) { /* the memo's copy (gen_memo.h) */
+    if (j->req->memo.text && !j->gen_full) { /* the memo's copy (gen_memo.h) */
         if (j->n_gen == j->gen_cap) {
             uint32_t cap = j->gen_cap ? 2 * j->gen_cap : 64, *g = NULL;
             if (j->gen_cap < UINT32_MAX / 2)
@@ -329,11 +329,9 @@ void request_on_record(struct job *j, const struct proto_msg *m)
          * answer they may complete does not cancel it */
         j->state = JOB_DONE;
         j->worker = NULL;
-        if (m->type == MSG_TYPE_DONE && r->memo_text && j->n_gen > 0 &&
-            gen_memo_add(r->model->memo, r->model->tok,
-                         &(struct gen_memo_text){r->memo_text, r->memo_len, r->memo_flags,
-                                                 r->memo_plain, r->memo_n_plain},
-                         r->prompt, r->n_prompt, j->gen, j->n_gen) < 0)
+        if (m->type == MSG_TYPE_DONE && r->memo.text && j->n_gen > 0 &&
+            gen_memo_add(r->model->memo, r->model->tok, &r->memo, r->prompt, r->n_prompt,
+                         j->gen, j->n_gen) < 0)
             log_warn("request %" PRIu64 ": out of memory remembering its answer", j->req_id);
         if (wanted && m->type == MSG_TYPE_DONE) {
             relay_done(j->relay, m->u.done.reason, &out);

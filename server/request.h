@@ -17,6 +17,7 @@
 #include <sys/queue.h>
 
 #include "access_log.h"
+#include "gen_memo.h"
 #include "proto.h"
 #include "toolcall.h"
 
@@ -27,7 +28,6 @@ struct front;
 struct front_model;
 struct worker;
 struct relay;
-struct tokenizer_span;
 struct request;
 
 #define REQUEST_MAX_STOPS 4
@@ -61,7 +61,7 @@ struct job {
      * !tc.reasoning: NULL, the text goes out as it is) */
     struct toolcall *tc_parser;
     uint32_t n_tokens;  /* TOKEN records received (in flight after a cancel too) */
-    /* the ids of those records, kept for the chat memo when the request has memo_text */
+    /* the ids of those records, kept for the chat memo when the request has memo.text */
     uint32_t *gen, n_gen, gen_cap;
     bool gen_full; /* growing gen failed: it stops there (still the worker's first ids) */
     uint64_t t_last_us; /* hist_now_us() of its last text */
@@ -112,13 +112,10 @@ struct request {
     char *echo_text;        /* echo: the prompt text */
     size_t echo_len;
     bool logprobs;          /* report logprobs (sampling.top_logprobs alternatives each) */
-    /* a chat prompt's text, kept to remember each choice's generation after it
-     * (gen_memo.h) when the model has a memo and the request allows reuse; else NULL */
-    char *memo_text;
-    size_t memo_len;
-    unsigned memo_flags;                /* the tokenizer flags it was encoded with */
-    struct tokenizer_span *memo_plain;  /* its plain spans (malloc'd; NULL when none) */
-    size_t memo_n_plain;
+    /* a chat prompt as it was tokenized (text and plain spans malloc'd, freed with the
+     * request), kept to remember each choice's generation after it (gen_memo.h) when the
+     * model has a memo and the request allows reuse; else text is NULL */
+    struct gen_memo_text memo;
 
     uint32_t n_choices;     /* "n": how many jobs */
     struct job jobs[REQUEST_MAX_N];
