@@ -171,6 +171,24 @@ static inline bool front_ready_cond(void *arg)
     return ok;
 }
 
+/* A series' value from /metrics (the first line "name value"), or -1. */
+static inline double front_metric(int port, const char *name)
+{
+    struct http_response r;
+    double v = -1;
+    size_t n = strlen(name);
+    if (http_request_ex(port, "GET", "/metrics", NULL, NULL, 0, 5000, &r) != 200)
+        return -1;
+    for (const char *p = r.body; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+        if (strncmp(p, name, n) == 0 && p[n] == ' ') {
+            v = strtod(p + n + 1, NULL);
+            break;
+        }
+    }
+    http_response_free(&r);
+    return v;
+}
+
 /* The pid of worker i per /health, or -1. */
 static inline long long front_worker_pid(int port, int i)
 {

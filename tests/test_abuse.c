@@ -44,24 +44,6 @@ static long long now_ms(void)
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* A series' value from /metrics (the first line "name value"), or -1. */
-static double metric(int port, const char *name)
-{
-    struct http_response r;
-    double v = -1;
-    size_t n = strlen(name);
-    if (http_request_ex(port, "GET", "/metrics", NULL, NULL, 0, 5000, &r) != 200)
-        return -1;
-    for (const char *p = r.body; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
-        if (strncmp(p, name, n) == 0 && p[n] == ' ') {
-            v = strtod(p + n + 1, NULL);
-            break;
-        }
-    }
-    http_response_free(&r);
-    return v;
-}
-
 /* VmRSS of pid in KiB, or -1. */
 static long rss_kib(pid_t pid)
 {
@@ -103,7 +85,7 @@ struct metric_at_least {
 static bool metric_at_least_cond(void *arg)
 {
     struct metric_at_least *m = arg;
-    return metric(m->port, m->name) >= m->min;
+    return front_metric(m->port, m->name) >= m->min;
 }
 
 struct fds_at_most {
@@ -269,7 +251,7 @@ static void test_abuse_slow_headers_bodies_and_idle_keepalives_time_out(void **s
         free(got);
         close(fds[i]);
     }
-    assert_true(metric(port, "kiln_connections_dropped_total{reason=\"header_timeout\"}") >=
+    assert_true(front_metric(port, "kiln_connections_dropped_total{reason=\"header_timeout\"}") >=
                 N_SLOW);
 
     /* a body that stops halfway */
@@ -281,7 +263,7 @@ static void test_abuse_slow_headers_bodies_and_idle_keepalives_time_out(void **s
     assert_non_null(strstr(got, "HTTP/1.1 408"));
     free(got);
     close(fd);
-    assert_true(metric(port, "kiln_connections_dropped_total{reason=\"body_timeout\"}") >= 1);
+    assert_true(front_metric(port, "kiln_connections_dropped_total{reason=\"body_timeout\"}") >= 1);
 
     /* an idle keep-alive connection */
     struct http_conn *c;
@@ -293,8 +275,8 @@ static void test_abuse_slow_headers_bodies_and_idle_keepalives_time_out(void **s
     http_response_free(&r);
     assert_int_equal(http_conn_wait_closed(c, 5000), 1);
     http_conn_close(c);
-    assert_true(metric(port, "kiln_connections_dropped_total{reason=\"keepalive_timeout\"}") >=
-                1);
+    assert_true(
+        front_metric(port, "kiln_connections_dropped_total{reason=\"keepalive_timeout\"}") >= 1);
 }
 
 static bool health_ok_cond(void *arg)
@@ -304,24 +286,6 @@ static bool health_ok_cond(void *arg)
     if (st >= 0)
         http_response_free(&r);
     return st == 200;
-}
-
-struct worker_replaced {
-    int port;
-    long long old_pid;
-};
-
-/* /health's first worker is ready with another pid than old_pid. */
-static bool worker_replaced_cond(void *arg)
-{
-    struct worker_replaced *w = arg;
-    json_t *h = front_health(w->port);
-    json_t *w0 = json_array_get(json_object_get(h, "workers"), 0);
-    const char *st = json_string_value(json_object_get(w0, "state"));
-    long long pid = json_integer_value(json_object_get(w0, "pid"));
-    bool ok = st && strcmp(st, "ready") == 0 && pid > 0 && pid != w->old_pid;
-    json_decref(h);
-    return ok;
 }
 
 #define N_IDLE 300
@@ -345,9 +309,7 @@ static void test_abuse_fd_limit_pauses_the_listener(void **state)
     assert_non_null(p);
     *state = p;
     int port = kiln_port(p);
-    json_t *h = front_health(port);
-    long long pid0 = json_integer_value(json_object_get(json_array_get(json_object_get(h, "workers"), 0), "pid"));
-    json_decref(h);
+    long long pid0 = front_worker_pid(port, 0);
 
     for (int i = 0; i < N_IDLE; i++) {
         fds[i] = http_raw_connect(port); /* the kernel's backlog completes them */
@@ -369,8 +331,8 @@ static void test_abuse_fd_limit_pauses_the_listener(void **state)
     assert_true(n < 20);
     assert_true(was_paused);
     assert_true(kill((pid_t)pid0, SIGKILL) == 0);
-    struct worker_replaced wr = {port, pid0};
-    assert_true(wait_until(worker_replaced_cond, &wr, 10000));
+    struct front_respawn wr = {port, pid0};
+    assert_true(wait_until(front_respawned, &wr, 10000));
     assert_true(wait_until(health_ok_cond, &port, 5000));
     for (int i = 0; i < N_IDLE; i++)
         if (fds[i] >= 0)
@@ -455,14 +417,11 @@ static void test_abuse_stopped_idle_worker_is_replaced(void **state)
     const char *args[] = {"--model", "mock", "--watchdog-ms", "1000", NULL};
     struct kiln_proc *p = start(state, args);
     int port = kiln_port(p);
-    json_t *h = front_health(port);
-    long long pid0 =
-        json_integer_value(json_object_get(json_array_get(json_object_get(h, "workers"), 0), "pid"));
-    json_decref(h);
+    long long pid0 = front_worker_pid(port, 0);
     assert_true(pid0 > 0);
     assert_int_equal(kill((pid_t)pid0, SIGSTOP), 0);
-    struct worker_replaced wr = {port, pid0};
-    bool replaced = wait_until(worker_replaced_cond, &wr, 5000);
+    struct front_respawn wr = {port, pid0};
+    bool replaced = wait_until(front_respawned, &wr, 5000);
     (void)kill((pid_t)pid0, SIGCONT); /* harmless if it is gone */
     assert_true(replaced);
     struct http_response r;
