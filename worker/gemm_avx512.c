@@ -340,10 +340,17 @@ static AI void tile_rows32(const enum ggml_type t, const struct gemm_type *ty,
     _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
         acc[k] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + (size_t)k * ys);
+    /* the next 16 rows (contiguous after these), prefetched a share per step: rows of a few
+     * hundred bytes (SmolLM's 576 columns) are too short a stream for the hardware
+     * prefetcher, and 16 of them side by side in a page defeat it */
+    const char *pf = w0 + 16 * rb;
     for (int g = 0; g < ng; g += 2) {
         const int two = g + 1 < ng;
         const char *wg = w0 + (size_t)(g0 + g) * bb;
         __m512i xb[4], p[4][16], ia[4][2];
+        for (int l = 0; l < 32 * (int)bb; l += 64)
+            _mm_prefetch(pf + l, _MM_HINT_T0);
+        pf += 32 * bb;
         __m512 sc[2];
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++)
