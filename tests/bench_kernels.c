@@ -167,7 +167,7 @@ int main(void)
     double budget = bs ? atof(bs) : 0.25;
     const char *ge = getenv("KILN_BENCH_GEMM");
     int with_gemm = ge && *ge == '1';
-    const struct kern_ops *sets[3];
+    const struct kern_ops *sets[KERN_SET_AMX + 1];
     int n_sets = 0;
 
     if (env && *env) {
@@ -177,7 +177,7 @@ int main(void)
         }
         n_sets = 1;
     } else {
-        for (int s = KERN_SET_SCALAR; s <= KERN_SET_AVX512; s++)
+        for (int s = KERN_SET_SCALAR; s <= KERN_SET_AMX; s++)
             if ((sets[n_sets] = kern_ops_get((enum kern_set)s)))
                 n_sets++;
             else

@@ -436,7 +436,7 @@ static void check_rows_agree(enum kern_set set)
     for (size_t ti = 0; ti < N_WTYPES; ti++) {
         int be = quant_block_elems(wtypes[ti]);
         int cols = be == 1 ? 100 : be == 32 ? 1024 + 96 : 1024 + 256, rows = 37;
-        if (set != KERN_SET_AVX512 || be < 256)
+        if ((set != KERN_SET_AVX512 && set != KERN_SET_AMX) || be < 256)
             assert_true(k->rows_agree(wtypes[ti]));
         if (!k->rows_agree(wtypes[ti]))
             continue;
@@ -499,6 +499,79 @@ static void test_kernels_avxvnni_batching_changes_nothing(void **state)
 {
     (void)state;
     check_batch_independent(KERN_SET_AVXVNNI);
+}
+
+static void test_kernels_amx_matmul_matches_scalar(void **state)
+{
+    (void)state;
+    check_set_vs_scalar(KERN_SET_AMX);
+}
+
+static void test_kernels_amx_batching_changes_nothing(void **state)
+{
+    (void)state;
+    check_batch_independent(KERN_SET_AMX);
+}
+
+static void test_kernels_amx_gemm_matches_scalar_and_batching_changes_nothing(void **state)
+{
+    (void)state;
+    check_gemm(KERN_SET_AMX);
+}
+
+static void test_kernels_amx_gemm_rows_equal_matmul_rows(void **state)
+{
+    (void)state;
+    check_rows_agree(KERN_SET_AMX);
+}
+
+/* The amx set's tiles give the avx512 set's bits: matmul and gemm of Q8_0 (and every other
+ * type, which the avx512 kernels run), for whole and partial 16-row groups, a row range
+ * starting inside a group, even and odd block counts, K beyond 1024, and 1 to 300 sequences
+ * (past one sequence chunk of the tiles' panels); and within the tolerance of the scalar set. */
+static void test_kernels_amx_gives_the_avx512_bits(void **state)
+{
+    const struct kern_ops *k = kern_ops_get(KERN_SET_AMX), *ref = kern_ops_get(KERN_SET_AVX512),
+                          *sc = kern_ops_get(KERN_SET_SCALAR);
+    static const int colss[] = {64, 96, 1024 + 96};
+    static const int seqs[] = {1, 4, 8, 13, 16, 17, 40, 300};
+    (void)state;
+    if (!k)
+        skip();
+    for (size_t ti = 3; ti < N_WTYPES; ti++)
+        for (size_t ci = 0; ci < 3; ci++) {
+            int be = quant_block_elems(wtypes[ti]), rows = 53;
+            int cols = be == 32 ? colss[ci] : 256 * (int)(ci + 1);
+            if (wtypes[ti] != GGML_TYPE_Q8_0 && ci > 0)
+                continue;
+            struct problem p;
+            problem_init(&p, wtypes[ti], rows, cols, 300, 17u + (unsigned)(ti * 3 + ci));
+            for (size_t si = 0; si < sizeof seqs / sizeof seqs[0]; si++)
+                for (int rb = 0; rb <= 7; rb += 7) {
+                    int ns = seqs[si];
+                    float *y[4] = {run(k, &p, ns, 0, rb, rows), run_gemm(k, &p, ns, 0, rb, rows),
+                                   run(ref, &p, ns, 0, rb, rows),
+                                   run_gemm(ref, &p, ns, 0, rb, rows)};
+                    float *ys = ns <= 17 ? run(sc, &p, ns, 0, rb, rows) : NULL;
+                    for (int s = 0; s < ns; s++)
+                        for (int r = rb; r < rows; r++) {
+                            size_t i = (size_t)s * rows + r;
+                            if (memcmp(&y[0][i], &y[2][i], sizeof(float)) ||
+                                memcmp(&y[1][i], &y[3][i], sizeof(float)))
+                                fail_msg("%s cols %d n_seq %d rows from %d, r %d s %d: amx %a/%a, "
+                                         "avx512 %a/%a (matmul/gemm)",
+                                         quant_type_name(p.t), cols, ns, rb, r, s, (double)y[0][i],
+                                         (double)y[1][i], (double)y[2][i], (double)y[3][i]);
+                            if (ys && !(fabs(y[0][i] - ys[i]) <= 1e-4 * abs_dot(&p, r, s) + 1e-6))
+                                fail_msg("%s cols %d n_seq %d r %d s %d: amx %g, scalar %g",
+                                         quant_type_name(p.t), cols, ns, r, s, y[0][i], ys[i]);
+                        }
+                    for (int i = 0; i < 4; i++)
+                        free(y[i]);
+                    free(ys);
+                }
+            problem_free(&p);
+        }
 }
 
 static void near(float a, float b, double tol, const char *what, int n)
@@ -580,6 +653,12 @@ static void test_kernels_avxvnni_float_kernels_match_scalar(void **state)
 {
     (void)state;
     check_float_kernels(KERN_SET_AVXVNNI);
+}
+
+static void test_kernels_amx_float_kernels_match_scalar(void **state)
+{
+    (void)state;
+    check_float_kernels(KERN_SET_AMX);
 }
 
 static void test_kernels_scalar_float_kernels_known_values(void **state)
@@ -690,7 +769,7 @@ static void test_kernels_quantize_act_matches_scalar_bytes(void **state)
     x[319] = 127.0f;
     x[400] = NAN;
     x[700] = 1e30f;
-    for (int set = KERN_SET_SCALAR; set <= KERN_SET_AVX512; set++) {
+    for (int set = KERN_SET_SCALAR; set <= KERN_SET_AMX; set++) {
         const struct kern_ops *k = kern_ops_get((enum kern_set)set);
         if (!k)
             continue;
@@ -747,10 +826,22 @@ static void test_kernels_select_honours_env(void **state)
     assert_ptr_equal(k, kern_ops_get(KERN_SET_AVXVNNI));
     if (k)
         assert_string_equal(k->name, "avxvnni");
+    setenv("KILN_KERNELS", "avx512", 1);
+    k = kern_ops_select();
+    assert_ptr_equal(k, kern_ops_get(KERN_SET_AVX512));
+    if (k)
+        assert_string_equal(k->name, "avx512");
+    setenv("KILN_KERNELS", "amx", 1);
+    k = kern_ops_select();
+    assert_ptr_equal(k, kern_ops_get(KERN_SET_AMX));
+    if (k)
+        assert_string_equal(k->name, "amx");
     unsetenv("KILN_KERNELS");
     k = kern_ops_select();
     assert_non_null(k);
-    if (kern_ops_get(KERN_SET_AVX512))
+    if (kern_ops_get(KERN_SET_AMX))
+        assert_string_equal(k->name, "amx");
+    else if (kern_ops_get(KERN_SET_AVX512))
         assert_string_equal(k->name, "avx512");
     else if (kern_ops_get(KERN_SET_AVXVNNI))
         assert_string_equal(k->name, "avxvnni");
@@ -805,6 +896,12 @@ int main(void)
         cmocka_unit_test(test_kernels_avx2_float_kernels_match_scalar),
         cmocka_unit_test(test_kernels_avx512_float_kernels_match_scalar),
         cmocka_unit_test(test_kernels_avxvnni_float_kernels_match_scalar),
+        cmocka_unit_test(test_kernels_amx_float_kernels_match_scalar),
+        cmocka_unit_test(test_kernels_amx_matmul_matches_scalar),
+        cmocka_unit_test(test_kernels_amx_batching_changes_nothing),
+        cmocka_unit_test(test_kernels_amx_gemm_matches_scalar_and_batching_changes_nothing),
+        cmocka_unit_test(test_kernels_amx_gemm_rows_equal_matmul_rows),
+        cmocka_unit_test(test_kernels_amx_gives_the_avx512_bits),
         cmocka_unit_test(test_kernels_scalar_float_kernels_known_values),
         cmocka_unit_test(test_kernels_rope_rotates_pairs_by_position),
         cmocka_unit_test(test_kernels_rope_factors_slow_each_pair),

@@ -218,7 +218,7 @@ static void test_model_cache_stories_outputs_equal_with_and_without_reuse(void *
     char path[512], err[256];
     (void)state;
     snprintf(path, sizeof(path), "%s/models/stories260K.gguf", shared ? shared : "../shared");
-    for (int set = KERN_SET_SCALAR; set <= KERN_SET_AVX512; set++) {
+    for (int set = KERN_SET_SCALAR; set <= KERN_SET_AMX; set++) {
         const struct kern_ops *k = kern_ops_get((enum kern_set)set);
         struct model_llama_opts mo = {.max_sequences = 3, .ctx = 256, .threads = 2, .quiet = 1,
                                       .kernels = k};
@@ -250,7 +250,7 @@ static void test_model_cache_every_architecture_outputs_equal_with_and_without_r
             o.window = 20; /* local layers see 20 positions: reads cross blocks */
         snprintf(path, sizeof(path), "%s/%s.gguf", dir, archs[i]);
         assert_int_equal(model_gen_write(&o, path, err, sizeof(err)), 0);
-        for (int set = KERN_SET_SCALAR; set <= KERN_SET_AVX512; set++) {
+        for (int set = KERN_SET_SCALAR; set <= KERN_SET_AMX; set++) {
             const struct kern_ops *k = kern_ops_get((enum kern_set)set);
             struct model_llama_opts mo = {.max_sequences = 3, .ctx = 256, .threads = 2,
                                           .quiet = 1, .kernels = k};

@@ -18,6 +18,11 @@ int kern_gemm_avx512_agrees(enum ggml_type t);
  * the bits of kern_gemm_avx512, or -1 (nothing done) for another type or shape. */
 int kern_gemm_avx512_cols(const struct kern_mat *W, const struct kern_act *X, int n_seq,
                           float *Y, int y_stride, int row_begin, int row_end);
+/* Q8_0 on AMX-INT8 tiles (gemm_amx.c): the bits of kern_gemm_avx512 for any n_seq, or -1
+ * (nothing done) for another type or shape. Only after kern_ops_amx_table() gave a table
+ * (the process holds the tile state). */
+int kern_gemm_amx(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
+                  int y_stride, int row_begin, int row_end);
 int kern_gemm_avx2(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
                    int y_stride, int row_begin, int row_end);
 /* gemm_avx2.c built with -mavxvnni (gemm_avxvnni.c): the same results. */

@@ -514,6 +514,8 @@ const struct kern_ops *kern_ops_get(enum kern_set set)
         return cpu_has_avxvnni() ? kern_ops_avxvnni_table() : NULL;
     case KERN_SET_AVX512:
         return cpu_has_avx512() ? kern_ops_avx512_table() : NULL;
+    case KERN_SET_AMX:
+        return cpu_has_avx512() ? kern_ops_amx_table() : NULL;
     }
     return NULL;
 }
@@ -532,8 +534,12 @@ const struct kern_ops *kern_ops_select(void)
             return kern_ops_get(KERN_SET_AVXVNNI);
         if (strcmp(env, "avx512") == 0)
             return kern_ops_get(KERN_SET_AVX512);
+        if (strcmp(env, "amx") == 0)
+            return kern_ops_get(KERN_SET_AMX);
         return NULL;
     }
+    if ((k = kern_ops_get(KERN_SET_AMX)))
+        return k;
     if ((k = kern_ops_get(KERN_SET_AVX512)))
         return k;
     if ((k = kern_ops_get(KERN_SET_AVXVNNI)))

@@ -49,7 +49,7 @@ int kern_quantize_act(enum ggml_type wtype, const float *restrict x, int n, void
 
 /* Per instruction set. All pointers are set in every table. */
 struct kern_ops {
-    const char *name; /* "scalar", "avx2", "avxvnni", "avx512" */
+    const char *name; /* "scalar", "avx2", "avxvnni", "avx512", "amx" */
 
     /* Y[s * y_stride + r] = dot(W row r, X vector s) for r in [row_begin, row_end) and
      * s in [0, n_seq). X->type must be kern_act_type(W->type) and X->n == W->cols.
@@ -103,13 +103,15 @@ enum kern_set {
     KERN_SET_AVX2,
     KERN_SET_AVXVNNI,
     KERN_SET_AVX512,
+    KERN_SET_AMX,
 };
 
 /* The table for set, or NULL when this CPU lacks what it needs (avx2: avx2+fma+f16c;
- * avxvnni: the avx2 set and AVX-VNNI; avx512: avx512f+bw+vl+vnni and the avx2 set). */
+ * avxvnni: the avx2 set and AVX-VNNI; avx512: avx512f+bw+vl+vnni and the avx2 set; amx: the
+ * avx512 set, AMX-TILE, AMX-INT8 and the kernel's grant of the tile state). */
 const struct kern_ops *kern_ops_get(enum kern_set set);
-/* The best table for this CPU (avx512, else avxvnni, else avx2, else scalar), unless env
- * KILN_KERNELS=scalar|avx2|avxvnni|avx512 names one (an
+/* The best table for this CPU (amx, else avx512, else avxvnni, else avx2, else scalar),
+ * unless env KILN_KERNELS=scalar|avx2|avxvnni|avx512|amx names one (an
  * unknown or unsupported name gives NULL, so a benchmark never runs a set silently
  * replaced). Call once at load and keep the pointer. */
 const struct kern_ops *kern_ops_select(void);
@@ -147,6 +149,9 @@ static inline void kern_matmul(const struct kern_ops *k, const struct kern_mat *
 const struct kern_ops *kern_ops_avx2_table(void);
 const struct kern_ops *kern_ops_avxvnni_table(void);
 const struct kern_ops *kern_ops_avx512_table(void);
+/* kernels_amx.c: NULL unless the CPU has AMX-TILE and AMX-INT8 and the kernel grants this
+ * process the tile state (asked once; a refusal is logged once). */
+const struct kern_ops *kern_ops_amx_table(void);
 /* Internal: number of sequences matmul takes per pass over the weights for vectors of
  * act_bytes each (a multiple of 4, >= 4). */
 int kern_seq_chunk(size_t act_bytes);

@@ -1,0 +1,201 @@
+/* Q8_0 weights against Q8_0 activations on AMX-INT8 (the amx set, kernels_amx.c), for prompt
+ * rows and for decode steps of several sequences.
+ *
+ * The weights are read in place: tile A is 16 rows x 32 bytes with the stride of a weight
+ * row, so a block's codes of 16 rows (block g at byte g * 34 + 2 of each row) load as one
+ * tile. Tile B holds the same block of 16 sequences' activations in the form TDPBSSD wants
+ * (8 rows of 64 bytes: row t, bytes 4s..4s+3 = dword t of sequence s), built once per call
+ * into a panel. One TDPBSSD gives the 16 x 16 exact int32 dots of one block (signed codes
+ * times signed activations: the integers the AVX-512 paths form with their offsets taken
+ * off). The C tile is stored and each of its rows (one weight row, lane = sequence) takes
+ * step() of gemm_avx512.c: acc = fma(float(sum), scale * dx, acc), block by block in order,
+ * so a (row, sequence) result is the bits of the AVX-512 set's gemm and matmul (the prompt
+ * cache relies on it). Two C tiles alternate, so the next block's product runs while the
+ * float steps of this one do.
+ *
+ * Sequences go in chunks whose panels fit AMX_PANEL_BYTES (each weight row group is read
+ * from memory once per chunk, then from cache for the chunk's other sequences); rows in
+ * groups of 16, a last partial group by kern_gemm_avx512 (the same bits). Tile state is
+ * configured at the start of a call and released at its end, on the calling thread: every
+ * thread that calls configures its own tiles. The process must have been granted the tile
+ * state first (kern_amx_ready). */
+#include <immintrin.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "gemm.h"
+#include "kernels_simd.h"
+
+/* The longest row taken (elements). */
+#define AMX_MAXK 16384
+#define AMX_MAXG (AMX_MAXK / QUANT_QK)
+/* Panel bytes per sequence chunk: 16-sequence panels of the whole K, as many as fit (at
+ * least one, at most AMX_MAXSUB). */
+#define AMX_PANEL_BYTES (1u << 20)
+#define AMX_MAXSUB 16
+/* Blocks ahead each weight row is prefetched. */
+#define AMX_PF 8
+
+/* One block of 16 sequences: tile B and the sequences' activation scales. */
+struct amx_blk {
+    int8_t b[8][64];
+    float dx[16];
+};
+
+struct amx_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+/* Tiles 0 and 1: C (16 x 16 int32); 2: A (16 weight rows x 32 codes); 3: B. */
+static void amx_config(void)
+{
+    struct amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    c.rows[0] = c.rows[1] = 16;
+    c.colsb[0] = c.colsb[1] = 64;
+    c.rows[2] = 16;
+    c.colsb[2] = 32;
+    c.rows[3] = 8;
+    c.colsb[3] = 64;
+    _tile_loadconfig(&c);
+}
+
+/* Sequences [0, ns) (ns <= 16) of X into P[0..ng). */
+static void amx_panel(const struct kern_act *X, int s0, int ns, int ng, struct amx_blk *P)
+{
+    memset(P, 0, sizeof *P * (size_t)ng);
+    for (int s = 0; s < ns; s++) {
+        const struct quant_block_q8_0 *b =
+            (const struct quant_block_q8_0 *)((const char *)X->data +
+                                              (size_t)(s0 + s) * X->stride);
+        for (int g = 0; g < ng; g++) {
+            for (int t = 0; t < 8; t++)
+                memcpy(&P[g].b[t][4 * s], b[g].qs + 4 * t, 4);
+            P[g].dx[s] = _cvtsh_ss(b[g].d);
+        }
+    }
+}
+
+/* The 16 rows' scales of every block as floats, sc[g * 16 + m] (row m of the group). */
+static void amx_scales(const char *w0, size_t rb, int ng, float *sc)
+{
+    const __m512i idx = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((int)rb));
+    for (int g = 0; g < ng; g++) {
+        __m512i h = _mm512_i32gather_epi32(idx, w0 + (size_t)g * sizeof(struct quant_block_q8_0),
+                                           1);
+        _mm512_store_ps(sc + 16 * g, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
+    }
+}
+
+/* step() for the 16 rows of one stored C tile. */
+static AI void amx_step(__m512 acc[16], const int32_t (*c)[16], const float *sc, __m512 dx)
+{
+    _Pragma("GCC unroll 16")
+    for (int m = 0; m < 16; m++)
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[m])),
+                                 _mm512_mul_ps(_mm512_set1_ps(sc[m]), dx), acc[m]);
+}
+
+#define AMX_DP(C, g)                                                                           \
+    do {                                                                                       \
+        _tile_zero(C);                                                                         \
+        _tile_loadd(2, w0 + (size_t)(g) * sizeof(struct quant_block_q8_0) + 2, (long)rb);     \
+        _tile_loadd(3, P[g].b, 64);                                                            \
+        _tile_dpbssd(C, 2, 3);                                                              \
+    } while (0)
+
+static AI void amx_pf(const char *w0, size_t rb, int g)
+{
+    const char *p = w0 + (size_t)(g + AMX_PF) * sizeof(struct quant_block_q8_0);
+    _Pragma("GCC unroll 16")
+    for (int m = 0; m < 16; m++)
+        _mm_prefetch(p + (size_t)m * rb, _MM_HINT_T0);
+}
+
+/* 16 rows from w0 against one 16-sequence panel over ng blocks: out[m * 16 + s]. Block g's
+ * product runs in tile g % 2; the float steps of block g - 1 run while it does, from the
+ * buffer its tile was stored to one block before (loads right after a tile store wait for
+ * the store to complete). */
+static void amx_rows16(const char *w0, size_t rb, int ng, const struct amx_blk *P,
+                       const float *sc, int pf, float *out)
+{
+    int32_t cb[2][16][16] __attribute__((aligned(64)));
+    __m512 acc[16];
+    _Pragma("GCC unroll 16")
+    for (int m = 0; m < 16; m++)
+        acc[m] = _mm512_setzero_ps();
+    AMX_DP(0, 0);
+    for (int g = 0; g < ng; g += 2) {
+        if (pf && g + AMX_PF < ng)
+            amx_pf(w0, rb, g);
+        _tile_stored(0, cb[0], 64);
+        if (g + 1 < ng)
+            AMX_DP(1, g + 1);
+        if (g > 0)
+            amx_step(acc, (const int32_t(*)[16])cb[1], sc + 16 * (g - 1),
+                     _mm512_load_ps(P[g - 1].dx));
+        if (g + 1 >= ng)
+            break;
+        if (pf && g + 1 + AMX_PF < ng)
+            amx_pf(w0, rb, g + 1);
+        _tile_stored(1, cb[1], 64);
+        if (g + 2 < ng)
+            AMX_DP(0, g + 2);
+        amx_step(acc, (const int32_t(*)[16])cb[0], sc + 16 * g, _mm512_load_ps(P[g].dx));
+    }
+    /* the last block's steps */
+    amx_step(acc, (const int32_t(*)[16])cb[(ng - 1) % 2], sc + 16 * (ng - 1),
+             _mm512_load_ps(P[ng - 1].dx));
+    _Pragma("GCC unroll 16")
+    for (int m = 0; m < 16; m++)
+        _mm512_store_ps(out + 16 * m, acc[m]);
+}
+
+int kern_gemm_amx(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
+                  int y_stride, int row_begin, int row_end)
+{
+    static _Thread_local struct amx_blk pan[AMX_PANEL_BYTES / sizeof(struct amx_blk)]
+        __attribute__((aligned(64)));
+    static _Thread_local float sc[AMX_MAXG * 16] __attribute__((aligned(64)));
+    if (W->type != GGML_TYPE_Q8_0 || n_seq < 1 || W->cols > AMX_MAXK || W->cols % QUANT_QK)
+        return -1;
+    const int ng = W->cols / QUANT_QK;
+    const size_t rb = W->row_bytes;
+    int subs = (int)(sizeof pan / sizeof pan[0] / (size_t)ng);
+    if (subs > AMX_MAXSUB)
+        subs = AMX_MAXSUB;
+    const int r_end = row_begin + (row_end - row_begin) / 16 * 16;
+    float out[16 * 16] __attribute__((aligned(64)));
+
+    if (r_end > row_begin) {
+        amx_config();
+        for (int s0 = 0; s0 < n_seq; s0 += 16 * subs) {
+            int nsub = (n_seq - s0 + 15) / 16 < subs ? (n_seq - s0 + 15) / 16 : subs;
+            for (int j = 0; j < nsub; j++) {
+                int a = s0 + 16 * j;
+                amx_panel(X, a, n_seq - a < 16 ? n_seq - a : 16, ng, pan + (size_t)j * ng);
+            }
+            for (int r = row_begin; r < r_end; r += 16) {
+                const char *w0 = (const char *)W->data + (size_t)r * rb;
+                amx_scales(w0, rb, ng, sc);
+                for (int j = 0; j < nsub; j++) {
+                    int a = s0 + 16 * j, ns = n_seq - a < 16 ? n_seq - a : 16;
+                    amx_rows16(w0, rb, ng, pan + (size_t)j * ng, sc, j == 0, out);
+                    for (int s = 0; s < ns; s++)
+                        for (int m = 0; m < 16; m++)
+                            Y[(size_t)(a + s) * y_stride + r + m] = out[16 * m + s];
+                }
+            }
+        }
+        _tile_release();
+    }
+    if (r_end < row_end)
+        return kern_gemm_avx512(W, X, n_seq, Y, y_stride, r_end, row_end);
+    return 0;
+}
