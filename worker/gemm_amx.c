@@ -29,7 +29,6 @@
 
 /* The longest row taken (elements). */
 #define AMX_MAXK 16384
-#define AMX_MAXG (AMX_MAXK / QUANT_QK)
 /* Panel bytes per sequence chunk: 16-sequence panels of the whole K, as many as fit (at
  * least one, at most AMX_MAXSUB). */
 #define AMX_PANEL_BYTES (1u << 20)
@@ -80,17 +79,16 @@ static void amx_panel(const struct kern_act *X, int s0, int ns, int ng, struct a
     }
 }
 
-/* The 16 rows' scales of every block as floats, sc[g * 16 + m] (row m of the group). */
-static void amx_scales(const char *w0, size_t rb, int ng, float *sc)
+/* Block g's scales of the 16 rows from w0 (rb bytes apart) as floats: sc[m] row m's. Read
+ * as the block is used, so the rows stream from memory once, under the tile loads and their
+ * prefetches. */
+static AI void amx_scales(const char *w0, size_t rb, int g, float *sc)
 {
     const __m512i idx = _mm512_mullo_epi32(
         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
         _mm512_set1_epi32((int)rb));
-    for (int g = 0; g < ng; g++) {
-        __m512i h = _mm512_i32gather_epi32(idx, w0 + (size_t)g * sizeof(struct quant_block_q8_0),
-                                           1);
-        _mm512_store_ps(sc + 16 * g, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
-    }
+    __m512i h = _mm512_i32gather_epi32(idx, w0 + (size_t)g * sizeof(struct quant_block_q8_0), 1);
+    _mm512_store_ps(sc, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
 }
 
 /* step() for the 16 rows of one stored C tile. */
@@ -122,10 +120,11 @@ static AI void amx_pf(const char *w0, size_t rb, int g)
  * product runs in tile g % 2; the float steps of block g - 1 run while it does, from the
  * buffer its tile was stored to one block before (loads right after a tile store wait for
  * the store to complete). */
-static void amx_rows16(const char *w0, size_t rb, int ng, const struct amx_blk *P,
-                       const float *sc, int pf, float *out)
+static void amx_rows16(const char *w0, size_t rb, int ng, const struct amx_blk *P, int pf,
+                       float *out)
 {
     int32_t cb[2][16][16] __attribute__((aligned(64)));
+    float sc[16] __attribute__((aligned(64)));
     __m512 acc[16];
     _Pragma("GCC unroll 16")
     for (int m = 0; m < 16; m++)
@@ -137,9 +136,10 @@ static void amx_rows16(const char *w0, size_t rb, int ng, const struct amx_blk *
         _tile_stored(0, cb[0], 64);
         if (g + 1 < ng)
             AMX_DP(1, g + 1);
-        if (g > 0)
-            amx_step(acc, (const int32_t(*)[16])cb[1], sc + 16 * (g - 1),
-                     _mm512_load_ps(P[g - 1].dx));
+        if (g > 0) {
+            amx_scales(w0, rb, g - 1, sc);
+            amx_step(acc, (const int32_t(*)[16])cb[1], sc, _mm512_load_ps(P[g - 1].dx));
+        }
         if (g + 1 >= ng)
             break;
         if (pf && g + 1 + AMX_PF < ng)
@@ -147,11 +147,12 @@ static void amx_rows16(const char *w0, size_t rb, int ng, const struct amx_blk *
         _tile_stored(1, cb[1], 64);
         if (g + 2 < ng)
             AMX_DP(0, g + 2);
-        amx_step(acc, (const int32_t(*)[16])cb[0], sc + 16 * g, _mm512_load_ps(P[g].dx));
+        amx_scales(w0, rb, g, sc);
+        amx_step(acc, (const int32_t(*)[16])cb[0], sc, _mm512_load_ps(P[g].dx));
     }
     /* the last block's steps */
-    amx_step(acc, (const int32_t(*)[16])cb[(ng - 1) % 2], sc + 16 * (ng - 1),
-             _mm512_load_ps(P[ng - 1].dx));
+    amx_scales(w0, rb, ng - 1, sc);
+    amx_step(acc, (const int32_t(*)[16])cb[(ng - 1) % 2], sc, _mm512_load_ps(P[ng - 1].dx));
     _Pragma("GCC unroll 16")
     for (int m = 0; m < 16; m++)
         _mm512_store_ps(out + 16 * m, acc[m]);
@@ -162,7 +163,6 @@ int kern_gemm_amx(const struct kern_mat *W, const struct kern_act *X, int n_seq,
 {
     static _Thread_local struct amx_blk pan[AMX_PANEL_BYTES / sizeof(struct amx_blk)]
         __attribute__((aligned(64)));
-    static _Thread_local float sc[AMX_MAXG * 16] __attribute__((aligned(64)));
     if (W->type != GGML_TYPE_Q8_0 || n_seq < 1 || W->cols > AMX_MAXK || W->cols % QUANT_QK)
         return -1;
     const int ng = W->cols / QUANT_QK;
@@ -183,10 +183,9 @@ int kern_gemm_amx(const struct kern_mat *W, const struct kern_act *X, int n_seq,
             }
             for (int r = row_begin; r < r_end; r += 16) {
                 const char *w0 = (const char *)W->data + (size_t)r * rb;
-                amx_scales(w0, rb, ng, sc);
                 for (int j = 0; j < nsub; j++) {
                     int a = s0 + 16 * j, ns = n_seq - a < 16 ? n_seq - a : 16;
-                    amx_rows16(w0, rb, ng, pan + (size_t)j * ng, sc, j == 0, out);
+                    amx_rows16(w0, rb, ng, pan + (size_t)j * ng, j == 0, out);
                     for (int s = 0; s < ns; s++)
                         for (int m = 0; m < 16; m++)
                             Y[(size_t)(a + s) * y_stride + r + m] = out[16 * m + s];
