@@ -241,6 +241,38 @@ static void test_kernels_avxvnni_matmul_equals_avx2_bit_for_bit(void **state)
     }
 }
 
+/* Q4_K and Q6_K decode rows on AVX-512 run the avx2 set's chain (exact integer sums per
+ * superblock, then one float step each), whether a row meets 1 to 7 sequences (row tiles) or
+ * 8 to 16 (lane = sequence): the same bits as the avx2 set for every row and sequence. */
+static void test_kernels_avx512_k_quant_rows_equal_avx2_bit_for_bit(void **state)
+{
+    (void)state;
+    static const enum ggml_type kt[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    static const int seqs[] = {1, 5, 8, 13, 16};
+    static const int colss[] = {256, 768, 2048 + 256};
+    const struct kern_ops *k = kern_ops_get(KERN_SET_AVX512), *ref = kern_ops_get(KERN_SET_AVX2);
+    if (!k)
+        skip();
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t ci = 0; ci < 3; ci++) {
+            int rows = 19;
+            struct problem p;
+            problem_init(&p, kt[ti], rows, colss[ci], 16, 17u + (unsigned)(ti * 3 + ci));
+            for (size_t si = 0; si < 5; si++) {
+                int ns = seqs[si];
+                float *y = run(k, &p, ns, 0, 0, rows), *yr = run(ref, &p, ns, 0, 0, rows);
+                for (int i = 0; i < ns * rows; i++)
+                    if (memcmp(&y[i], &yr[i], sizeof(float)))
+                        fail_msg("%s cols %d n_seq %d r %d s %d: avx512 %a avx2 %a",
+                                 quant_type_name(p.t), p.cols, ns, i % rows, i / rows,
+                                 (double)y[i], (double)yr[i]);
+                free(y);
+                free(yr);
+            }
+            problem_free(&p);
+        }
+}
+
 /* One sequence alone, in a batch of 8 or 13, or with the rows split across two calls: the
  * same float bits. */
 static void check_batch_independent(enum kern_set set)
@@ -879,6 +911,7 @@ int main(void)
         cmocka_unit_test(test_kernels_avx512_matmul_matches_scalar),
         cmocka_unit_test(test_kernels_avxvnni_matmul_matches_scalar),
         cmocka_unit_test(test_kernels_avxvnni_matmul_equals_avx2_bit_for_bit),
+        cmocka_unit_test(test_kernels_avx512_k_quant_rows_equal_avx2_bit_for_bit),
         cmocka_unit_test(test_kernels_scalar_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx2_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx512_batching_changes_nothing),

@@ -1,8 +1,10 @@
 /* The AVX-512 (F/BW/VL/VNNI) kernel set: Q8_0, Q4_0, Q5_0 and IQ4_NL weights take two blocks
  * per 512-bit step with vpdpbusd (u8 x s8 -> s32 in one instruction), Q4_K and Q6_K 64
- * elements per 512-bit vpdpbusd + vpdpwssd (the sub-block scale); float weights and the float
- * kernels reuse the AVX2 code. Reached only through kern_ops_get after a CPU check. As in the AVX2 set, a sequence's instruction
- * stream does not depend on how many sequences share the tile, so batching is bit-exact. */
+ * elements per 512-bit vpdpbusd + vpdpwssd (the sub-block scale), in the avx2 set's integer
+ * chain (one float step per superblock); float weights and the float kernels reuse the AVX2
+ * code. Reached only through kern_ops_get after a CPU check. As in the AVX2 set, a sequence's
+ * instruction stream does not depend on how many sequences share the tile, so batching is
+ * bit-exact. */
 #include "kernels.h"
 
 #include <immintrin.h>
@@ -285,10 +287,13 @@ static int i8_kind(enum ggml_type t)
 /* Q4_K and Q6_K with vpdpbusd: each 32-bit lane's sum of four u8 x s8 products (at most
  * 4 * 63 * 127 = 32004 in magnitude, so it is its low int16) is multiplied by its sub-block's
  * scale by vpdpwssd against the scale zero-extended to 32 bits (the high int16, 0 or -1, meets
- * a 0). The lanes hold the same sums the maddubs + madd form gave, so every bit of the result
- * is as before. A tile is R weight rows (rb bytes apart) x S sequences: each block of each row
- * is decoded once for the S sequences and each activation chunk loaded once for the R rows;
- * the float steps for one (row, sequence) are the same whatever shares the tile. */
+ * a 0). Per (row, sequence) the result is the avx2 set's chain (kernels_avx2.c), superblock by
+ * superblock: the superblock's exact integer sum isum (sub-block scales folded in) and for
+ * Q4_K the min sum msum, summed across lanes, then acc = fma(isum, d * dx, acc) and
+ * acc = fnma(msum, dmin * dx, acc). So a row is the same bits here and in the avx2 set (the
+ * float sums across lanes made them differ before). A tile is one weight row x S sequences:
+ * each block is decoded once for the S sequences; the float step covers the S sequences at
+ * once, lane k being sequence k. */
 
 /* Q4_K block b as four 64-byte vectors (chunk c's low nibbles are elements 64c..64c+31, its
  * high nibbles 64c+32..64c+63: sub-blocks 2c and 2c+1) and the matching scale vectors. */
@@ -320,27 +325,57 @@ static AI __m512i k_dot(const __m512i q[4], const __m512i scv[4], const __m512i 
     return isum;
 }
 
-static AI void tile_q4_k(const char *w, size_t rb, const int R, const char *x, size_t xs,
-                         int nb, const int S, float *y, size_t ys)
+/* The 16 int32 lanes of v added pairwise into 8 (exact). */
+static AI __m256i fold16(__m512i v)
 {
-    __m512 acc[2][4];
-    _Pragma("GCC unroll 2")
-    for (int r = 0; r < R; r++) {
-        _Pragma("GCC unroll 4")
-        for (int k = 0; k < S; k++)
-            acc[r][k] = _mm512_setzero_ps();
-    }
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
+/* Lane k: the sum of v[k]'s eight int32 lanes, for k < S (the others repeat v[0]). */
+static AI __m128i hsum8_s(const __m256i *v, const int S)
+{
+    __m256i a = v[0], b = S > 1 ? v[1] : v[0], c = S > 2 ? v[2] : v[0], d = S > 3 ? v[3] : v[0];
+    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* The Q8_K scales of superblock i of S activations, lane k for sequence k. */
+static AI __m128 act_dk4(const char *x, size_t xs, int i, const int S)
+{
+#define DK(k) (S > (k) ? ((const struct quant_block_q8_k *)(x + (k) * xs))[i].d : 0.0f)
+    return _mm_set_ps(DK(3), DK(2), DK(1), DK(0));
+#undef DK
+}
+
+/* One superblock's float step for S sequences (lane k): acc = fma(isum, d * dx, acc), then
+ * with mins acc = fnma(msum, dmin * dx, acc). */
+static AI __m128 k_step(__m128 acc, __m128i isum, __m128i msum, const int min, float d,
+                        float dmin, __m128 dx)
+{
+    acc = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm_mul_ps(_mm_set1_ps(d), dx), acc);
+    if (min)
+        acc = _mm_fnmadd_ps(_mm_cvtepi32_ps(msum), _mm_mul_ps(_mm_set1_ps(dmin), dx), acc);
+    return acc;
+}
+
+static AI void store_s(__m128 acc, const int S, float *y, size_t ys)
+{
+    float a[4];
+    _mm_storeu_ps(a, acc);
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        y[k * ys] = a[k];
+}
+
+static AI void tile_q4_k(const char *w, const char *x, size_t xs, int nb, const int S, float *y,
+                         size_t ys)
+{
+    __m128 acc = _mm_setzero_ps();
     for (int i = 0; i < nb; i++) {
-        __m512i q[2][4], scv[2][4];
-        __m256i mv[2];
-        float d[2], dmin[2];
-        _Pragma("GCC unroll 2")
-        for (int r = 0; r < R; r++) {
-            const struct quant_block_q4_k *b = (const struct quant_block_q4_k *)(w + r * rb) + i;
-            q4_k_decode(b, q[r], scv[r], &mv[r]);
-            d[r] = _cvtsh_ss(b->d);
-            dmin[r] = _cvtsh_ss(b->dmin);
-        }
+        __m512i q[4], scv[4];
+        __m256i mv, is[4], ms[4];
+        const struct quant_block_q4_k *b = (const struct quant_block_q4_k *)w + i;
+        q4_k_decode(b, q, scv, &mv);
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
@@ -348,24 +383,23 @@ static AI void tile_q4_k(const char *w, size_t rb, const int R, const char *x, s
             _Pragma("GCC unroll 4")
             for (int c = 0; c < 4; c++)
                 xv[c] = _mm512_loadu_si512(a->qs + 64 * c);
-            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
-            _Pragma("GCC unroll 2")
-            for (int r = 0; r < R; r++) {
-                __m512i isum = k_dot(q[r], scv[r], xv, _mm512_setzero_si512());
-                __m256 ms = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mv[r]));
-                acc[r][k] = _mm512_fmadd_ps(_mm512_set1_ps(d[r] * a->d), _mm512_cvtepi32_ps(isum),
-                                            acc[r][k]);
-                acc[r][k] = _mm512_fnmadd_ps(_mm512_set1_ps(dmin[r] * a->d),
-                                             _mm512_zextps256_ps512(ms), acc[r][k]);
-            }
+            is[k] = fold16(k_dot(q, scv, xv, _mm512_setzero_si512()));
+            ms[k] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), mv);
         }
+        __m128i isum, msum;
+        if (S == 1) { /* both sums in one reduction: lane 0 isum, lane 1 msum */
+            __m256i h = _mm256_hadd_epi32(is[0], ms[0]);
+            h = _mm256_hadd_epi32(h, h);
+            isum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            msum = _mm_shuffle_epi32(isum, 1);
+        } else {
+            isum = hsum8_s(is, S);
+            msum = hsum8_s(ms, S);
+        }
+        acc = k_step(acc, isum, msum, 1, _cvtsh_ss(b->d), _cvtsh_ss(b->dmin),
+                     act_dk4(x, xs, i, S));
     }
-    _Pragma("GCC unroll 2")
-    for (int r = 0; r < R; r++) {
-        _Pragma("GCC unroll 4")
-        for (int k = 0; k < S; k++)
-            y[k * ys + r] = hsum16(acc[r][k]);
-    }
+    store_s(acc, S, y, ys);
 }
 
 /* Q6_K block b as four 64-byte vectors of codes + 32 (0..63; vector j holds sub-blocks
@@ -400,26 +434,15 @@ static AI void q6_k_decode(const struct quant_block_q6_k *b, __m512i q[4], __m51
                                           sc32);
 }
 
-static AI void tile_q6_k(const char *w, size_t rb, const int R, const char *x, size_t xs,
-                         int nb, const int S, float *y, size_t ys)
+static AI void tile_q6_k(const char *w, const char *x, size_t xs, int nb, const int S, float *y,
+                         size_t ys)
 {
-    __m512 acc[2][4];
-    _Pragma("GCC unroll 2")
-    for (int r = 0; r < R; r++) {
-        _Pragma("GCC unroll 4")
-        for (int k = 0; k < S; k++)
-            acc[r][k] = _mm512_setzero_ps();
-    }
+    __m128 acc = _mm_setzero_ps();
     for (int i = 0; i < nb; i++) {
-        __m512i q[2][4], scv[2][4];
-        __m256i sc16[2];
-        float d[2];
-        _Pragma("GCC unroll 2")
-        for (int r = 0; r < R; r++) {
-            const struct quant_block_q6_k *b = (const struct quant_block_q6_k *)(w + r * rb) + i;
-            q6_k_decode(b, q[r], scv[r], &sc16[r]);
-            d[r] = _cvtsh_ss(b->d);
-        }
+        __m512i q[4], scv[4];
+        __m256i sc16, is[4];
+        const struct quant_block_q6_k *b = (const struct quant_block_q6_k *)w + i;
+        q6_k_decode(b, q, scv, &sc16);
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
@@ -427,40 +450,31 @@ static AI void tile_q6_k(const char *w, size_t rb, const int R, const char *x, s
             _Pragma("GCC unroll 4")
             for (int c = 0; c < 4; c++)
                 xv[c] = _mm512_loadu_si512(a->qs + 64 * c);
+            /* q was stored +32: subtract 32 * sum_k sc_k * bsum_k */
             __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
-            _Pragma("GCC unroll 2")
-            for (int r = 0; r < R; r++) {
-                /* q was stored +32: subtract 32 * sum_k sc_k * bsum_k */
-                __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16[r]), 5);
-                __m512i isum = k_dot(q[r], scv[r], xv, _mm512_setzero_si512());
-                isum = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(off));
-                acc[r][k] = _mm512_fmadd_ps(_mm512_set1_ps(d[r] * a->d), _mm512_cvtepi32_ps(isum),
-                                            acc[r][k]);
-            }
+            __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5);
+            is[k] = _mm256_sub_epi32(fold16(k_dot(q, scv, xv, _mm512_setzero_si512())), off);
         }
+        acc = k_step(acc, hsum8_s(is, S), _mm_setzero_si128(), 0, _cvtsh_ss(b->d), 0.0f,
+                     act_dk4(x, xs, i, S));
     }
-    _Pragma("GCC unroll 2")
-    for (int r = 0; r < R; r++) {
-        _Pragma("GCC unroll 4")
-        for (int k = 0; k < S; k++)
-            y[k * ys + r] = hsum16(acc[r][k]);
-    }
+    store_s(acc, S, y, ys);
 }
 
-/* R rows of a K tile against ns sequences, four at a time. */
-#define ROWS_K(name, tile, R)                                                                  \
-    static void name(const char *w, size_t rb, const char *x, size_t xs, int n, int ns,       \
-                     float *y, size_t ys)                                                      \
+/* One K row against ns sequences, four at a time. */
+#define ROWS_K(name, tile)                                                                     \
+    static void name(const char *w, const char *x, size_t xs, int n, int ns, float *y,        \
+                     size_t ys)                                                                \
     {                                                                                          \
         int s = 0;                                                                             \
         for (; s + 4 <= ns; s += 4)                                                            \
-            tile(w, rb, R, x + s * xs, xs, n / QUANT_QK_K, 4, y + s * ys, ys);                 \
+            tile(w, x + s * xs, xs, n / QUANT_QK_K, 4, y + s * ys, ys);                        \
         for (; s < ns; s++)                                                                    \
-            tile(w, rb, R, x + s * xs, xs, n / QUANT_QK_K, 1, y + s * ys, ys);                 \
+            tile(w, x + s * xs, xs, n / QUANT_QK_K, 1, y + s * ys, ys);                        \
     }
 
-ROWS_K(rows1_q4_k, tile_q4_k, 1)
-ROWS_K(rows1_q6_k, tile_q6_k, 1)
+ROWS_K(row_q4_k, tile_q4_k)
+ROWS_K(row_q6_k, tile_q6_k)
 
 static void avx512_matmul(const struct kern_mat *W, const struct kern_act *X, int n_seq,
                           float *Y, int y_stride, int row_begin, int row_end)
@@ -496,8 +510,8 @@ static void avx512_matmul(const struct kern_mat *W, const struct kern_act *X, in
          * is loaded, offset and its scale converted once for four rows. By process CPU time
          * at one thread (bench_kernels, 2048x5632 and 5632x2048) fours beat pairs by 15-25%
          * for Q8_0 at 4, 8 and 16 sequences and by 5-15% for IQ4_NL, and at one sequence
-         * neither lost to single rows. Pairs of Q4_K/Q6_K rows (tile_q4_k/tile_q6_k with
-         * R = 2) gained nothing over single rows there, so those run one row at a time. */
+         * neither lost to single rows. Pairs of Q4_K/Q6_K rows gained nothing over single
+         * rows there, so those run one row at a time. */
         if (kind >= 0) {
             for (; r + 4 <= row_end; r += 4)
                 rows4_i8(wd + (size_t)r * W->row_bytes, W->row_bytes, kind, xs0, X->stride,
@@ -515,9 +529,9 @@ static void avx512_matmul(const struct kern_mat *W, const struct kern_act *X, in
             else if (kind == I8_IQ4_NL)
                 row_i8(row, I8_IQ4_NL, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
             else if (t == GGML_TYPE_Q4_K)
-                rows1_q4_k(row, W->row_bytes, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
+                row_q4_k(row, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
             else
-                rows1_q6_k(row, W->row_bytes, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
+                row_q6_k(row, xs0, X->stride, X->n, ns, y, (size_t)y_stride);
         }
     }
 }
