@@ -1,10 +1,10 @@
 /* The AVX-512 (F/BW/VL/VNNI) kernel set: Q8_0, Q4_0, Q5_0 and IQ4_NL weights take two blocks
  * per 512-bit step with vpdpbusd (u8 x s8 -> s32 in one instruction), Q4_K and Q6_K 64
  * elements per 512-bit vpdpbusd + vpdpwssd (the sub-block scale), in the avx2 set's integer
- * chain (one float step per superblock); float weights and the float kernels reuse the AVX2
- * code. Reached only through kern_ops_get after a CPU check. As in the AVX2 set, a sequence's
- * instruction stream does not depend on how many sequences share the tile, so batching is
- * bit-exact. */
+ * chain (one float step per superblock; gemm_avx512_colsk.c takes 5 to 16 sequences); float
+ * weights and the float kernels reuse the AVX2 code. Reached only through kern_ops_get after
+ * a CPU check. As in the AVX2 set, a sequence's instruction stream does not depend on how
+ * many sequences share the tile, so batching is bit-exact. */
 #include "kernels.h"
 
 #include <immintrin.h>
@@ -290,8 +290,8 @@ static int i8_kind(enum ggml_type t)
  * a 0). Per (row, sequence) the result is the avx2 set's chain (kernels_avx2.c), superblock by
  * superblock: the superblock's exact integer sum isum (sub-block scales folded in) and for
  * Q4_K the min sum msum, summed across lanes, then acc = fma(isum, d * dx, acc) and
- * acc = fnma(msum, dmin * dx, acc). So a row is the same bits here and in the avx2 set (the
- * float sums across lanes made them differ before). A tile is one weight row x S sequences:
+ * acc = fnma(msum, dmin * dx, acc). So a row is the same bits here, in the avx2 set and in
+ * gemm_avx512_colsk.c. A tile is one weight row x S sequences:
  * each block is decoded once for the S sequences; the float step covers the S sequences at
  * once, lane k being sequence k. */
 
@@ -476,12 +476,21 @@ static AI void tile_q6_k(const char *w, const char *x, size_t xs, int nb, const 
 ROWS_K(row_q4_k, tile_q4_k)
 ROWS_K(row_q6_k, tile_q6_k)
 
+/* Calls of this many sequences up to 16 take kern_gemm_avx512_colsk for Q4_K and Q6_K (at 4,
+ * its two-lanes-a-sequence form was slower than the row tiles in bench; at 8, faster). */
+#ifndef K_COLS
+#define K_COLS 5
+#endif
+
 static void avx512_matmul(const struct kern_mat *W, const struct kern_act *X, int n_seq,
                           float *Y, int y_stride, int row_begin, int row_end)
 {
     enum ggml_type t = W->type;
     if (kern_gemm_avx512_agrees(t) && kern_gemm_avx512(W, X, n_seq, Y, y_stride, row_begin,
                                                         row_end) == 0)
+        return;
+    if ((t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K) && n_seq >= K_COLS && n_seq <= 16 &&
+        kern_gemm_avx512_colsk(W, X, n_seq, Y, y_stride, row_begin, row_end) == 0)
         return;
     kern_row_fn ext = kern_avx512_ext_row(t);
     if (ext) {
