@@ -58,6 +58,8 @@ $(B)/obj/worker/gemm_avx512_colsk.o: override CFLAGS += -mavx512f -mavx512bw -ma
                                    -mavx512vnni -mavx2 -mfma -mf16c
 $(B)/obj/worker/gemm_avx2.o: override CFLAGS += -mavx2 -mfma -mf16c
 $(B)/obj/worker/gemm_avxvnni.o: override CFLAGS += -mavx2 -mfma -mf16c -mavxvnni
+$(B)/obj/worker/gemm_avx2_cols.o: override CFLAGS += -mavx2 -mfma -mf16c
+$(B)/obj/worker/gemm_avxvnni_cols.o: override CFLAGS += -mavx2 -mfma -mf16c -mavxvnni
 
 .PHONY: all bins tests benches test test-unit test-asan test-tsan test-openai test-oracle oracle \
         test-webui bench run deps deps-test deps-browser fuzz fuzz-gguf fuzz-toolcall fuzz-http \

@@ -423,10 +423,28 @@ ROW_FN(row_bf16, CALL_BF16)
 
 typedef kern_row_fn row_fn;
 
+/* Calls of this many sequences up to 16 take gemm_avx2_cols.c (the sequence as the lane)
+ * where it has the type: the same bits as the tiles here and in gemm_avx2.c. */
+#define COLS_MIN 8
+
+static int cols(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
+                int y_stride, int row_begin, int row_end)
+{
+    if (n_seq < COLS_MIN || n_seq > 16)
+        return -1;
+#ifdef __AVXVNNI__
+    return kern_gemm_avxvnni_cols(W, X, n_seq, Y, y_stride, row_begin, row_end);
+#else
+    return kern_gemm_avx2_cols(W, X, n_seq, Y, y_stride, row_begin, row_end);
+#endif
+}
+
 void KSET(matmul)(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
                   int y_stride, int row_begin, int row_end)
 {
     row_fn f;
+    if (cols(W, X, n_seq, Y, y_stride, row_begin, row_end) == 0)
+        return;
     switch (W->type) {
     case GGML_TYPE_Q8_0:
         matmul_b32(W, X, n_seq, Y, y_stride, row_begin, row_end, B32_Q8_0);
@@ -570,6 +588,8 @@ void kern_avx2_add(float *restrict y, const float *restrict x, int n)
 static void avx2_gemm(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
                       int y_stride, int row_begin, int row_end)
 {
+    if (cols(W, X, n_seq, Y, y_stride, row_begin, row_end) == 0)
+        return;
 #ifdef __AVXVNNI__
     if (kern_gemm_avxvnni(W, X, n_seq, Y, y_stride, row_begin, row_end) < 0)
 #else
