@@ -17,7 +17,13 @@
  * Either way the block's integer sum is exact, and the float step per (row, sequence) is
  * kernels_avx2.c's matmul_b32 and gemm_avx2.c's tile: acc = fma(float(sum), dw * dx, acc)
  * block by block from 0. So a result is the same bits whichever path computed it and however
- * many sequences shared the call (the prompt cache relies on it, rows_agree). */
+ * many sequences shared the call (the prompt cache relies on it, rows_agree).
+ *
+ * Q4_K and Q6_K (Q8_K activations; Q6_K from 9 sequences): each row's superblock is decoded
+ * once into its 256 codes, whose dwords are then broadcast the same way; per sub-block the
+ * products are summed in int16 where they fit and scaled by madd (Q4_K with AVX-VNNI: two
+ * vpdpbusd chains and vpdpwssd), giving kernels_avx2.c's per-superblock integers and its
+ * float steps (k_rows). */
 #include <immintrin.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -43,12 +49,23 @@
 #ifndef COLS_R2
 #define COLS_R2 4
 #endif
-#define COLS_RMAX (COLS_R1 > COLS_R2 ? COLS_R1 : COLS_R2)
+
+/* Rows computed together for the K types (their x stay in L1 across the rows). */
+#ifndef COLS_RK
+#define COLS_RK 4
+#endif
+/* Superblocks ahead each K-type row is prefetched. */
+#define COLS_PFK 4
+#define COLS_OUT (COLS_R1 > COLS_R2 ? (COLS_R1 > COLS_RK ? COLS_R1 : COLS_RK) \
+                                    : (COLS_R2 > COLS_RK ? COLS_R2 : COLS_RK))
 
 struct cols_panel {
     __m256i x[COLS_MAXK / 4][2];        /* [t][v], lane l: dword t of sequence 8v + l */
-    __m256 dx[COLS_MAXK / QUANT_QK][2]; /* lane l: the block's scale */
+    __m256 dx[COLS_MAXK / QUANT_QK][2]; /* lane l: the block's scale (Q8_K: superblock's) */
     __m256i ic[COLS_MAXK / QUANT_QK][2]; /* lane l: -zero * sum of the block's bytes */
+    /* Q8_K: per superblock, int16 pairs of sums of 16 (Q6_K's sub-blocks) or 32 (Q4_K's)
+     * activation bytes, sub-blocks 2i and 2i+1 in pair i */
+    __m256i bs[COLS_MAXK / QUANT_QK_K][8][2];
 };
 
 static AI int32_t ld32(const void *p)
@@ -148,7 +165,7 @@ static AI void cols_rows(const enum ggml_type t, const int R, const int V, const
 {
     const size_t bb = t == GGML_TYPE_Q8_0 ? sizeof(struct quant_block_q8_0)
                                           : sizeof(struct quant_block_q4_0);
-    __m256 acc[COLS_RMAX][2];
+    __m256 acc[COLS_R1 > COLS_R2 ? COLS_R1 : COLS_R2][2];
     _Pragma("GCC unroll 8")
     for (int r = 0; r < R; r++)
         _Pragma("GCC unroll 2")
@@ -185,6 +202,186 @@ static AI void cols_rows(const enum ggml_type t, const int R, const int V, const
             _mm256_storeu_ps(out + 16 * r + 8 * v, acc[r][v]);
 }
 
+/* Superblock sb of a Q4_K or Q6_K row, decoded: its 256 codes in element order (Q4_K's
+ * 0..15, Q6_K's 0..63, Q6_K's zero point 32 left on), its sub-block scales sc (Q4_K 8 of 32
+ * elements, Q6_K 16 of 16) and min pairs mp[i] = (m_2i, m_2i+1) (Q4_K) or scale pairs
+ * (sc_2i, sc_2i+1) (Q6_K), d and dmin. */
+static AI void k_decode(const enum ggml_type t, const char *w, uint8_t *q, int16_t *sc,
+                        int32_t *mp, float *d, float *dmin)
+{
+    const __m256i low4 = _mm256_set1_epi8(15);
+    if (t == GGML_TYPE_Q4_K) {
+        const struct quant_block_q4_k *b = (const struct quant_block_q4_k *)w;
+        __m128i sc16, m16;
+        q4_k_scales(b->scales, &sc16, &m16);
+        _mm_storeu_si128((__m128i *)sc, sc16);
+        int16_t m[8];
+        _mm_storeu_si128((__m128i *)m, m16);
+        for (int i = 0; i < 4; i++)
+            mp[i] = (int32_t)((uint32_t)(uint16_t)m[2 * i] | (uint32_t)(uint16_t)m[2 * i + 1] << 16);
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < 4; c++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
+            _mm256_store_si256((__m256i *)(q + 64 * c), _mm256_and_si256(raw, low4));
+            _mm256_store_si256((__m256i *)(q + 64 * c + 32),
+                               _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4));
+        }
+        *d = _cvtsh_ss(b->d);
+        *dmin = _cvtsh_ss(b->dmin);
+        return;
+    }
+    const struct quant_block_q6_k *b = (const struct quant_block_q6_k *)w;
+    const __m256i hi2 = _mm256_set1_epi8(0x30);
+    _mm256_storeu_si256((__m256i *)sc, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales)));
+    for (int i = 0; i < 8; i++)
+        mp[i] = (int32_t)((uint32_t)(uint16_t)sc[2 * i] | (uint32_t)(uint16_t)sc[2 * i + 1] << 16);
+    _Pragma("GCC unroll 2")
+    for (int h = 0; h < 2; h++) {
+        __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+        __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+        _Pragma("GCC unroll 4")
+        for (int v = 0; v < 4; v++) {
+            __m256i l = v & 1 ? l1 : l0;
+            __m256i lo = v < 2 ? _mm256_and_si256(l, low4)
+                               : _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
+            __m256i hb = v == 0 ? _mm256_slli_epi16(qh, 4)
+                       : v == 1 ? _mm256_slli_epi16(qh, 2)
+                       : v == 2 ? qh : _mm256_srli_epi16(qh, 2);
+            _mm256_store_si256((__m256i *)(q + 128 * h + 32 * v),
+                               _mm256_or_si256(lo, _mm256_and_si256(hb, hi2)));
+        }
+    }
+    *d = _cvtsh_ss(b->d);
+    *dmin = 0.0f;
+}
+
+/* ia[v] += sc * (the G codes at q . the G activation bytes of x[.][v]) for one sub-block,
+ * exactly: int16 partial sums where they fit (Q4_K: 16 products of at most 15 * 128; Q6_K:
+ * 4 of at most 63 * 128), then madd by sc (or vpdpwssd against (sc, 0)). */
+static AI void k_sub(const enum ggml_type t, const int V, const uint8_t *q, const __m256i *x,
+                     int sc, __m256i (*ia)[2])
+{
+#ifdef __AVXVNNI__
+    if (t == GGML_TYPE_Q4_K) {
+        /* two chains of four vpdpbusd (each sum at most 16 * 15 * 128), each into its own
+         * accumulator, so no chain waits on the other */
+        const __m256i scv = _mm256_set1_epi32((uint16_t)sc), z = _mm256_setzero_si256();
+        _Pragma("GCC unroll 2")
+        for (int c = 0; c < 2; c++) {
+            __m256i p[2] = {z, z};
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < 4; k++) {
+                __m256i w = _mm256_set1_epi32(ld32(q + 4 * (4 * c + k)));
+                _Pragma("GCC unroll 2")
+                for (int v = 0; v < V; v++)
+                    p[v] = _mm256_dpbusd_avx_epi32(p[v], w, x[2 * (4 * c + k) + v]);
+            }
+            _Pragma("GCC unroll 2")
+            for (int v = 0; v < V; v++)
+                ia[c][v] = _mm256_dpwssd_avx_epi32(ia[c][v], p[v], scv);
+        }
+        return;
+    }
+#endif
+    /* maddubs + madd in both sets where the codes go beyond 15 (Q6_K: vpdpbusd would need a
+     * vpdpwssd per four products) */
+    const __m256i scv = _mm256_set1_epi16((short)sc);
+    const int n = t == GGML_TYPE_Q4_K ? 8 : 2;
+    for (int c = 0; c < (t == GGML_TYPE_Q4_K ? 1 : 2); c++) {
+        __m256i p[2];
+        _Pragma("GCC unroll 8")
+        for (int k = 0; k < n; k++) {
+            __m256i w = _mm256_set1_epi32(ld32(q + 4 * (n * c + k)));
+            _Pragma("GCC unroll 2")
+            for (int v = 0; v < V; v++) {
+                __m256i m = _mm256_maddubs_epi16(w, x[2 * (n * c + k) + v]);
+                p[v] = k ? _mm256_add_epi16(p[v], m) : m;
+            }
+        }
+        _Pragma("GCC unroll 2")
+        for (int v = 0; v < V; v++)
+            ia[c][v] = _mm256_add_epi32(ia[c][v], _mm256_madd_epi16(p[v], scv));
+    }
+}
+
+/* R rows of Q4_K or Q6_K over nsb superblocks against V vectors of the panel, as
+ * kernels_avx2.c's tile_q45_k / tile_q6_k per (row, sequence): per superblock the exact
+ * integer sum isum (sub-block scales folded in; Q6_K's zero point as -32 * sum sc_k bsum_k)
+ * and for Q4_K msum = sum_j m_j bsum_j, then acc = fma(isum, d * dx, acc) and
+ * acc = fnma(msum, dmin * dx, acc). */
+static AI void k_rows(const enum ggml_type t, const int R, const int V, const char *w0,
+                      size_t rb, int nsb, const struct cols_panel *P, float *out)
+{
+    const size_t bb = t == GGML_TYPE_Q4_K ? sizeof(struct quant_block_q4_k)
+                                          : sizeof(struct quant_block_q6_k);
+    const int G = t == GGML_TYPE_Q4_K ? 32 : 16, NP = t == GGML_TYPE_Q4_K ? 4 : 8;
+    __m256 acc[COLS_RK][2];
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 2")
+        for (int v = 0; v < V; v++)
+            acc[r][v] = _mm256_setzero_ps();
+    for (int sb = 0; sb < nsb; sb++) {
+        uint8_t q[COLS_RK][QUANT_QK_K] __attribute__((aligned(32)));
+        int16_t sc[COLS_RK][16];
+        int32_t mp[COLS_RK][8];
+        float d[COLS_RK], dmin[COLS_RK];
+        const char *wb = w0 + (size_t)sb * bb;
+        for (int r = 0; r < R; r++) {
+            for (size_t o = 0; o < bb; o += 64)
+                _mm_prefetch(wb + (size_t)r * rb + COLS_PFK * bb + o, _MM_HINT_T0);
+            k_decode(t, wb + (size_t)r * rb, q[r], sc[r], mp[r], &d[r], &dmin[r]);
+        }
+        const __m256i *x = P->x[64 * sb];
+        for (int r = 0; r < R; r++) {
+            __m256i ia2[2][2], ia[2], ib[2];
+            _Pragma("GCC unroll 2")
+            for (int v = 0; v < V; v++)
+                ia2[0][v] = ia2[1][v] = ib[v] = _mm256_setzero_si256();
+            for (int j = 0; j < QUANT_QK_K / G; j++)
+                k_sub(t, V, q[r] + G * j, x + 2 * (G / 4) * j, sc[r][j], ia2);
+            _Pragma("GCC unroll 2")
+            for (int v = 0; v < V; v++)
+                ia[v] = _mm256_add_epi32(ia2[0][v], ia2[1][v]);
+            _Pragma("GCC unroll 8")
+            for (int i = 0; i < NP; i++) {
+                __m256i m = _mm256_set1_epi32(mp[r][i]);
+                _Pragma("GCC unroll 2")
+                for (int v = 0; v < V; v++)
+                    ib[v] = _mm256_add_epi32(ib[v], _mm256_madd_epi16(P->bs[sb][i][v], m));
+            }
+            __m256 dw = _mm256_set1_ps(d[r]), dm = _mm256_set1_ps(dmin[r]);
+            _Pragma("GCC unroll 2")
+            for (int v = 0; v < V; v++) {
+                __m256 dx = _mm256_load_ps((const float *)&P->dx[sb][v]);
+                if (t == GGML_TYPE_Q6_K)
+                    ia[v] = _mm256_sub_epi32(ia[v], _mm256_slli_epi32(ib[v], 5));
+                acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[v]), _mm256_mul_ps(dw, dx),
+                                            acc[r][v]);
+                if (t == GGML_TYPE_Q4_K)
+                    acc[r][v] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ib[v]),
+                                                 _mm256_mul_ps(dm, dx), acc[r][v]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 2")
+        for (int v = 0; v < V; v++)
+            _mm256_storeu_ps(out + 16 * r + 8 * v, acc[r][v]);
+}
+
+#define K_T(T)                                                                                 \
+    do {                                                                                       \
+        if (V == 1)                                                                            \
+            R == COLS_RK ? k_rows(T, COLS_RK, 1, w0, rb, ng, P, out)                           \
+                         : k_rows(T, 1, 1, w0, rb, ng, P, out);                                \
+        else                                                                                   \
+            R == COLS_RK ? k_rows(T, COLS_RK, 2, w0, rb, ng, P, out)                           \
+                         : k_rows(T, 1, 2, w0, rb, ng, P, out);                                \
+    } while (0)
+
 #define COLS_T(T)                                                                              \
     do {                                                                                       \
         if (V == 1)                                                                            \
@@ -198,7 +395,11 @@ static AI void cols_rows(const enum ggml_type t, const int R, const int V, const
 static void cols_any(enum ggml_type t, int V, int R, const char *w0, size_t rb, int ng,
                      const struct cols_panel *P, float *out)
 {
-    if (t == GGML_TYPE_Q8_0)
+    if (t == GGML_TYPE_Q4_K)
+        K_T(GGML_TYPE_Q4_K);
+    else if (t == GGML_TYPE_Q6_K)
+        K_T(GGML_TYPE_Q6_K);
+    else if (t == GGML_TYPE_Q8_0)
         COLS_T(GGML_TYPE_Q8_0);
     else if (t == GGML_TYPE_Q4_0)
         COLS_T(GGML_TYPE_Q4_0);
@@ -206,21 +407,69 @@ static void cols_any(enum ggml_type t, int V, int R, const char *w0, size_t rb, 
         COLS_T(GGML_TYPE_IQ4_NL);
 }
 
+static AI int32_t pair16(int lo, int hi)
+{
+    return (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16);
+}
+
+/* The panel of n_seq Q8_K activations over ng superblocks for weight type t (zero beyond
+ * n_seq): bytes, scales and the int16 pairs of bsums k_rows takes. */
+static void panel_q8_k(enum ggml_type t, const struct kern_act *X, int n_seq, int V, int ng,
+                       struct cols_panel *P)
+{
+    for (int g = 0; g < ng; g++) {
+        int32_t xd[64][16], bs[8][16];
+        float dx[16];
+        for (int s = 0; s < 8 * V; s++) {
+            const struct quant_block_q8_k *b =
+                (const struct quant_block_q8_k *)((const char *)X->data +
+                                                  (size_t)s * X->stride) + g;
+            for (int j = 0; j < 64; j++)
+                xd[j][s] = s < n_seq ? ld32(b->qs + 4 * j) : 0;
+            dx[s] = s < n_seq ? b->d : 0.0f;
+            for (int i = 0; i < 8; i++) {
+                const int16_t *k = s < n_seq ? b->bsums : NULL;
+                if (!k)
+                    bs[i][s] = 0;
+                else if (t == GGML_TYPE_Q6_K)
+                    bs[i][s] = pair16(k[2 * i], k[2 * i + 1]);
+                else /* Q4_K: sub-blocks of 32 */
+                    bs[i][s] = i < 4 ? pair16(k[4 * i] + k[4 * i + 1], k[4 * i + 2] + k[4 * i + 3])
+                                     : 0;
+            }
+        }
+        for (int v = 0; v < V; v++) {
+            for (int j = 0; j < 64; j++)
+                P->x[64 * g + j][v] = _mm256_loadu_si256((const __m256i *)&xd[j][8 * v]);
+            P->dx[g][v] = _mm256_loadu_ps(&dx[8 * v]);
+            for (int i = 0; i < 8; i++)
+                P->bs[g][i][v] = _mm256_loadu_si256((const __m256i *)&bs[i][8 * v]);
+        }
+    }
+}
+
 int COLS_FN(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
             int y_stride, int row_begin, int row_end)
 {
     static _Thread_local struct cols_panel P __attribute__((aligned(32)));
     const enum ggml_type t = W->type;
-    if ((t != GGML_TYPE_Q8_0 && t != GGML_TYPE_Q4_0 && t != GGML_TYPE_IQ4_NL) || n_seq < 1 ||
-        n_seq > 16 || W->cols > COLS_MAXK || W->cols % QUANT_QK)
+    const int kq = t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K;
+    if ((!kq && t != GGML_TYPE_Q8_0 && t != GGML_TYPE_Q4_0 && t != GGML_TYPE_IQ4_NL) ||
+        n_seq < 1 || n_seq > 16 || W->cols > COLS_MAXK || W->cols % (kq ? QUANT_QK_K : QUANT_QK))
+        return -1;
+    /* Q6_K's decode into codes costs as much as kernels_avx2.c's tiles save at one vector of
+     * sequences (bench_kernels) */
+    if (t == GGML_TYPE_Q6_K && n_seq <= 8)
         return -1;
 #ifdef __AVXVNNI__
     const int zero = t == GGML_TYPE_Q4_0 ? 8 : 128;
 #else
     const int zero = t == GGML_TYPE_Q4_0 ? 8 : 0;
 #endif
-    const int ng = W->cols / QUANT_QK, V = n_seq > 8 ? 2 : 1;
-    for (int g = 0; g < ng; g++) {
+    const int ng = W->cols / (kq ? QUANT_QK_K : QUANT_QK), V = n_seq > 8 ? 2 : 1;
+    if (kq)
+        panel_q8_k(t, X, n_seq, V, ng, &P);
+    for (int g = 0; !kq && g < ng; g++) {
         int32_t xd[8][16], ic[16];
         float dx[16];
         for (int s = 0; s < 8 * V; s++) {
@@ -249,9 +498,9 @@ int COLS_FN(const struct kern_mat *W, const struct kern_act *X, int n_seq, float
             P.ic[g][v] = _mm256_loadu_si256((const __m256i *)&ic[8 * v]);
         }
     }
-    float out[COLS_RMAX * 16] __attribute__((aligned(32)));
+    float out[COLS_OUT * 16] __attribute__((aligned(32)));
     const size_t rb = W->row_bytes;
-    const int RV = V == 1 ? COLS_R1 : COLS_R2;
+    const int RV = kq ? COLS_RK : V == 1 ? COLS_R1 : COLS_R2;
     for (int r = row_begin; r < row_end;) {
         int R = row_end - r >= RV ? RV : 1;
         cols_any(t, V, R, (const char *)W->data + (size_t)r * rb, rb, ng, &P, out);
