@@ -305,6 +305,63 @@ static void check_batch_independent(enum kern_set set)
     }
 }
 
+/* Every count of 8 to 16 decode sequences (the lane-per-sequence kernels: one or two vectors
+ * of 8 on AVX2, gemm_avx2_cols.c) gives each sequence the bits it gets alone and stays within
+ * the tolerance of the scalar set, with a row count that leaves partial row groups, and rows
+ * longer than those kernels take (beyond 16384 elements, the other path). */
+static void check_decode_counts(enum kern_set set)
+{
+    static const enum ggml_type ts[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_IQ4_NL,
+                                        GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    const struct kern_ops *k = kern_ops_get(set), *ref = kern_ops_get(KERN_SET_SCALAR);
+    const int rows = 13;
+    if (!k)
+        skip();
+    for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
+        int be = quant_block_elems(ts[ti]);
+        int cols[2] = {be == 32 ? 544 : 768, 16384 + be};
+        for (int ci = 0; ci < 2; ci++) {
+            struct problem p;
+            problem_init(&p, ts[ti], rows, cols[ci], 16, 17u + (unsigned)ti);
+            float *yr = run(ref, &p, 16, 0, 0, rows);
+            float *alone = calloc((size_t)16 * rows, sizeof(float));
+            assert_non_null(alone);
+            for (int s = 0; s < 16; s++) {
+                float *y1 = run(k, &p, 1, s, 0, rows);
+                memcpy(alone + (size_t)s * rows, y1, sizeof(float) * (size_t)rows);
+                free(y1);
+            }
+            for (int n = 8; n <= 16; n++) {
+                float *y = run(k, &p, n, 0, 0, rows);
+                for (int i = 0; i < n * rows; i++) {
+                    double tol = 1e-4 * abs_dot(&p, i % rows, i / rows) + 1e-6;
+                    if (memcmp(&y[i], &alone[i], sizeof(float)) != 0 ||
+                        !(fabs(y[i] - yr[i]) <= tol))
+                        fail_msg("%s %s cols %d n_seq %d r %d s %d: %a, alone %a, scalar %a",
+                                 k->name, quant_type_name(p.t), p.cols, n, i % rows, i / rows,
+                                 (double)y[i], (double)alone[i], (double)yr[i]);
+                }
+                free(y);
+            }
+            free(alone);
+            free(yr);
+            problem_free(&p);
+        }
+    }
+}
+
+static void test_kernels_avx2_decode_of_8_to_16_sequences_matches_one_at_a_time(void **state)
+{
+    (void)state;
+    check_decode_counts(KERN_SET_AVX2);
+}
+
+static void test_kernels_avxvnni_decode_of_8_to_16_sequences_matches_one_at_a_time(void **state)
+{
+    (void)state;
+    check_decode_counts(KERN_SET_AVXVNNI);
+}
+
 static void test_kernels_scalar_batching_changes_nothing(void **state)
 {
     (void)state;
@@ -915,6 +972,8 @@ int main(void)
         cmocka_unit_test(test_kernels_scalar_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx2_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx512_batching_changes_nothing),
+        cmocka_unit_test(test_kernels_avx2_decode_of_8_to_16_sequences_matches_one_at_a_time),
+        cmocka_unit_test(test_kernels_avxvnni_decode_of_8_to_16_sequences_matches_one_at_a_time),
         cmocka_unit_test(test_kernels_scalar_gemm_rows_equal_matmul_rows),
         cmocka_unit_test(test_kernels_avx2_gemm_rows_equal_matmul_rows),
         cmocka_unit_test(test_kernels_avxvnni_gemm_rows_equal_matmul_rows),
