@@ -5,7 +5,8 @@
  * wall clock and per CPU second against the read loop's own per-CPU-second figure (steadier
  * on a shared machine). One model per tensor type (the types
  * beyond Q8_0/Q4_K on TinyLlama's shape cut to 8 layers, 2048 wide: still far more weights
- * than cache), SmolLM- and TinyLlama-shaped Q4_K_M files and a Qwen2.5-0.5B-shaped one
+ * than cache), SmolLM- and TinyLlama-shaped Q4_K_M files, an 8-layer TinyLlama-shaped
+ * Q3_K_M one (Q3_K with Q4_K/Q5_K/Q6_K matrices) and a Qwen2.5-0.5B-shaped one
  * (llama.cpp's preset: Q4_K with Q6_K for some matrices, and Qwen's Q5_0/Q8_0 fallbacks).
  * Models are generated once into $KILN_BIN_DIR/bench-models and reused.
  * KILN_BENCH_MODELS=smollm-q8_0,... picks a subset; KILN_THREADS sets the threads;
@@ -347,6 +348,7 @@ int main(void)
         {"tl8-q3_k", "tinyllama", spm, GGML_TYPE_Q3_K, 8, NULL, NULL},
         {"tl8-q5_k", "tinyllama", spm, GGML_TYPE_Q5_K, 8, NULL, NULL},
         {"tl8-iq4_xs", "tinyllama", spm, GGML_TYPE_IQ4_XS, 8, NULL, NULL},
+        {"tl8-q3_k_m", "tinyllama", spm, GGML_TYPE_Q8_0, 8, "Q3_K_M", NULL},
         {"qwen05-q4_k_m", "qwen2.5-0.5b", gpt2, GGML_TYPE_Q8_0, 0, "Q4_K_M", "qwen2"},
     };
 
