@@ -4,8 +4,9 @@
  * KILN_KERNELS=scalar|avx2|avx512 limits the run to one set; KILN_BENCH_SEC sets the time
  * per measurement (default 0.25 s); each line gives wall-clock and process CPU ms per call
  * (the steadier one on a shared machine); KILN_BENCH_TYPES=q5_0,iq4_xs,... the weight types
- * (default Q8_0 and Q4_K); KILN_BENCH_GEMM=1 times each set's gemm (the prefill op) after its
- * matmul at every batch size. */
+ * (default Q8_0 and Q4_K); KILN_BENCH_SEQS=1,16,512 the batch sizes (default 1,4,8,16);
+ * KILN_BENCH_GEMM=1 times each set's gemm (the prefill op) after its matmul at every batch
+ * size. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,7 +163,23 @@ int main(void)
         }
     }
     static const int shapes[][2] = {{2048, 5632}, {5632, 2048}};
-    static const int seqs[] = {1, 4, 8, 16};
+    int seqs[8] = {1, 4, 8, 16}, n_seqs = 4, max_seq = 16;
+    const char *sl = getenv("KILN_BENCH_SEQS");
+    if (sl && *sl) {
+        char buf[128], *save = NULL;
+        snprintf(buf, sizeof buf, "%s", sl);
+        n_seqs = 0, max_seq = 1;
+        for (char *tok = strtok_r(buf, ",", &save); tok && n_seqs < 8;
+             tok = strtok_r(NULL, ",", &save)) {
+            int v = atoi(tok);
+            if (v < 1 || v > 4096) {
+                fprintf(stderr, "KILN_BENCH_SEQS: %s is not a count from 1 to 4096\n", tok);
+                return 1;
+            }
+            seqs[n_seqs++] = v;
+            max_seq = v > max_seq ? v : max_seq;
+        }
+    }
     const char *env = getenv("KILN_KERNELS"), *bs = getenv("KILN_BENCH_SEC");
     double budget = bs ? atof(bs) : 0.25;
     const char *ge = getenv("KILN_BENCH_GEMM");
@@ -187,7 +204,7 @@ int main(void)
     for (size_t ti = 0; ti < n_types; ti++)
         for (size_t si = 0; si < 2; si++) {
             struct mats m;
-            if (mats_init(&m, types[ti], shapes[si][0], shapes[si][1], 16) < 0) {
+            if (mats_init(&m, types[ti], shapes[si][0], shapes[si][1], max_seq) < 0) {
                 fprintf(stderr, "out of memory\n");
                 return 1;
             }
@@ -195,7 +212,7 @@ int main(void)
                    quant_type_name(m.t), m.rows, m.cols, (double)m.bytes / (1 << 20),
                    m.copies);
             for (int k = 0; k < n_sets; k++)
-                for (size_t q = 0; q < sizeof seqs / sizeof seqs[0]; q++)
+                for (int q = 0; q < n_seqs; q++)
                     for (int g = 0; g <= with_gemm; g++)
                         bench_one(sets[k], &m, seqs[q], budget, g);
             mats_free(&m);
