@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "../worker/gemm.h"
 #include "../worker/kernels.h"
 #include "../worker/quant.h"
 
@@ -495,6 +496,42 @@ static void check_gemm_equals_matmul(enum kern_set set)
                 problem_free(&p);
             }
     }
+}
+
+/* The AVX2 and AVX-VNNI prompt GEMMs tile every quantized type listed (they return 0, not -1
+ * for a fallback to matmul); the checks above hold their results to the scalar set and to
+ * their own matmul. */
+static void check_gemm_tiles(enum kern_set set)
+{
+    static const enum ggml_type tiled[] = {
+        GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_K,
+        GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q3_K};
+    if (!kern_ops_get(set))
+        skip();
+    for (size_t ti = 0; ti < sizeof tiled / sizeof tiled[0]; ti++) {
+        struct problem p;
+        problem_init(&p, tiled[ti], 9, 256, 5, 5u + (unsigned)ti);
+        float *y = calloc(5 * 9, sizeof(float));
+        assert_non_null(y);
+        int rc = set == KERN_SET_AVX2 ? kern_gemm_avx2(&p.W, &p.X, 5, y, 9, 0, 9)
+                                      : kern_gemm_avxvnni(&p.W, &p.X, 5, y, 9, 0, 9);
+        if (rc != 0)
+            fail_msg("%s gemm does not tile %s", kern_ops_get(set)->name, quant_type_name(p.t));
+        free(y);
+        problem_free(&p);
+    }
+}
+
+static void test_kernels_avx2_gemm_tiles_every_listed_type(void **state)
+{
+    (void)state;
+    check_gemm_tiles(KERN_SET_AVX2);
+}
+
+static void test_kernels_avxvnni_gemm_tiles_every_listed_type(void **state)
+{
+    (void)state;
+    check_gemm_tiles(KERN_SET_AVXVNNI);
 }
 
 static void test_kernels_avx2_gemm_and_matmul_give_the_same_bits(void **state)
@@ -983,6 +1020,8 @@ int main(void)
         cmocka_unit_test(test_kernels_avx512_gemm_matches_scalar_and_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avxvnni_gemm_matches_scalar_and_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avxvnni_batching_changes_nothing),
+        cmocka_unit_test(test_kernels_avx2_gemm_tiles_every_listed_type),
+        cmocka_unit_test(test_kernels_avxvnni_gemm_tiles_every_listed_type),
         cmocka_unit_test(test_kernels_avx2_gemm_and_matmul_give_the_same_bits),
         cmocka_unit_test(test_kernels_avxvnni_gemm_and_matmul_give_the_same_bits),
         cmocka_unit_test(test_kernels_avx2_float_kernels_match_scalar),

@@ -2,7 +2,8 @@
  * panel vector (lane = row) and a register tile of 8 rows x 4 sequences. The integer dot is
  * maddubs (unsigned x signed bytes) + madd: unsigned codes (at most 63, so a pair of maddubs
  * results fits in int16 and is added before the madd) multiply the activations directly,
- * their zero point taken off in integers as in the VNNI kernel; signed codes (Q8_0, IQ4_*)
+ * their zero point taken off in integers as in the VNNI kernel (Q3_K too, which only this
+ * GEMM tiles: gemm_type_of_avx2); signed codes (Q8_0, IQ4_*)
  * give maddubs their absolute value and move their sign onto the activations. Exact
  * integers, then per sub-block the same float steps whatever the tile, so a (row,
  * sequence) result does not depend on n_seq, the row range, or the other sequences. */
@@ -49,35 +50,52 @@ static AI int32_t pair16(int v)
  * [g0, g0 + ng) of a K type (whole superblocks). */
 static void pack_k(enum ggml_type t, const void *w, int g0, int ng, int i, struct panel *p)
 {
-    int per = t == GGML_TYPE_Q6_K ? 16 : 8;
+    int per = QUANT_QK_K / gemm_type_of_avx2(t).g;
     for (int sb = 0; sb < ng / per; sb++) {
-        int b = g0 / per + sb;
-        for (int j = 0; j < per; j++) {
-            int sc, m = 0;
-            if (t == GGML_TYPE_Q6_K) {
-                const struct quant_block_q6_k *q = (const struct quant_block_q6_k *)w + b;
-                sc = q->scales[j];
-                p->d[sb][i] = _cvtsh_ss(q->d);
-                p->dmin[sb][i] = 0.0f;
-            } else if (t == GGML_TYPE_IQ4_XS) {
-                const struct quant_block_iq4_xs *q = (const struct quant_block_iq4_xs *)w + b;
-                sc = quant_iq4_xs_scale(q, j) - 32;
-                p->d[sb][i] = _cvtsh_ss(q->d);
-                p->dmin[sb][i] = 0.0f;
-            } else {
-                /* Q5_K's d, dmin and scales lie as Q4_K's */
-                const struct quant_block_q4_k *q = (const struct quant_block_q4_k *)
-                    ((const char *)w + (size_t)b * (t == GGML_TYPE_Q5_K
-                                                        ? sizeof(struct quant_block_q5_k)
-                                                        : sizeof(struct quant_block_q4_k)));
+        int b = g0 / per + sb, sc[16], m[16] = {0};
+        float d, dmin = 0.0f;
+        if (t == GGML_TYPE_Q6_K) {
+            const struct quant_block_q6_k *q = (const struct quant_block_q6_k *)w + b;
+            for (int j = 0; j < 16; j++)
+                sc[j] = q->scales[j];
+            d = _cvtsh_ss(q->d);
+        } else if (t == GGML_TYPE_Q3_K) {
+            const struct quant_block_q3_k *q = (const struct quant_block_q3_k *)w + b;
+            int8_t s8[16];
+            gemm_q3_k_scales(q->scales, s8);
+            for (int j = 0; j < 16; j++)
+                sc[j] = s8[j];
+            d = _cvtsh_ss(q->d);
+        } else if (t == GGML_TYPE_Q2_K) {
+            const struct quant_block_q2_k *q = (const struct quant_block_q2_k *)w + b;
+            for (int j = 0; j < 16; j++)
+                sc[j] = q->scales[j] & 15, m[j] = q->scales[j] >> 4;
+            d = _cvtsh_ss(q->d);
+            dmin = _cvtsh_ss(q->dmin);
+        } else if (t == GGML_TYPE_IQ4_XS) {
+            const struct quant_block_iq4_xs *q = (const struct quant_block_iq4_xs *)w + b;
+            for (int j = 0; j < 8; j++)
+                sc[j] = quant_iq4_xs_scale(q, j) - 32;
+            d = _cvtsh_ss(q->d);
+        } else {
+            /* Q5_K's d, dmin and scales lie as Q4_K's */
+            const struct quant_block_q4_k *q = (const struct quant_block_q4_k *)
+                ((const char *)w + (size_t)b * (t == GGML_TYPE_Q5_K
+                                                    ? sizeof(struct quant_block_q5_k)
+                                                    : sizeof(struct quant_block_q4_k)));
+            for (int j = 0; j < 8; j++) {
                 uint8_t s8, m8;
                 quant_q4_k_scale_min(q->scales, j, &s8, &m8);
-                sc = s8, m = m8;
-                p->d[sb][i] = _cvtsh_ss(q->d);
-                p->dmin[sb][i] = _cvtsh_ss(q->dmin);
+                sc[j] = s8, m[j] = m8;
             }
-            p->isc[sb * per + j][i] = pair16(sc);
-            p->imin[sb * per + j][i] = pair16(m);
+            d = _cvtsh_ss(q->d);
+            dmin = _cvtsh_ss(q->dmin);
+        }
+        p->d[sb][i] = d;
+        p->dmin[sb][i] = dmin;
+        for (int j = 0; j < per; j++) {
+            p->isc[sb * per + j][i] = pair16(sc[j]);
+            p->imin[sb * per + j][i] = pair16(m[j]);
         }
     }
 }
@@ -86,7 +104,7 @@ static void pack_k(enum ggml_type t, const void *w, int g0, int ng, int i, struc
 static void pack(const struct kern_mat *W, int r, int nr, int g0, int ng, int G, struct panel *p,
                  uint8_t (*tmp)[GEMM_KC])
 {
-    int n = ng * G, k = gemm_type_of(W->type).act_q8_k;
+    int n = ng * G, k = gemm_type_of_avx2(W->type).act_q8_k;
     for (int i = 0; i < 8; i++) {
         if (i < nr) {
             const char *w = (const char *)W->data + (size_t)(r + i) * W->row_bytes;
@@ -203,14 +221,19 @@ static AI void tile(const struct panel *P, const char *const *xs, const int S, c
 }
 
 /* The K types: per superblock the integer sum isum = sum over sub-blocks j of sc_j * (codes .
- * x)_j (sc_j by madd in place of ones; Q6_K's zero point 32 as -32 * sum_j sc_j * sx_j) and
- * for Q4_K/Q5_K msum = sum_j m_j * sx_j, then acc = fma(isum, d * dx, acc) and
- * acc = fnma(msum, dmin * dx, acc): the chain kernels_avx2.c's decode rows compute. */
+ * x)_j (sc_j by madd in place of ones; the zero point 2^zs of Q6_K (32) and Q3_K (4) as
+ * -2^zs * sum_j sc_j * sx_j) and for Q4_K/Q5_K msum = sum_j m_j * sx_j, then
+ * acc = fma(isum, d * dx, acc) and acc = fnma(msum, dmin * dx, acc): the chain
+ * kernels_avx2*.c's decode rows compute. */
 static AI void tile_k(const struct panel *P, const char *const *xs, const int S,
                       const size_t *off, int ng, const int G, const int min, const int sgn,
-                      const int z32, const float *dx, const int32_t *sx, float *y, size_t ys,
+                      const int zs, const float *dx, const int32_t *sx, float *y, size_t ys,
                       int nr, int first)
 {
+#ifdef __AVXVNNI__
+    /* Q6_K's codes reach 63: four-product sums (eight could pass int16) */
+    const int z32 = zs == 5;
+#endif
     const int per = QUANT_QK_K / G;
     __m256 acc[4];
     _Pragma("GCC unroll 4")
@@ -267,7 +290,7 @@ static AI void tile_k(const struct panel *P, const char *const *xs, const int S,
                     }
                 }
             }
-            if (min || z32) {
+            if (min || zs) {
                 __m256i m = min ? _mm256_load_si256((const __m256i *)P->imin[g]) : sc;
                 _Pragma("GCC unroll 4")
                 for (int k = 0; k < S; k++)
@@ -279,8 +302,8 @@ static AI void tile_k(const struct panel *P, const char *const *xs, const int S,
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
             __m256 dxk = _mm256_set1_ps(dx[k * GEMM_MAXG + sb * per]);
-            if (z32)
-                ia[k] = _mm256_sub_epi32(ia[k], _mm256_slli_epi32(ib[k], 5));
+            if (zs)
+                ia[k] = _mm256_sub_epi32(ia[k], _mm256_slli_epi32(ib[k], zs));
             acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[k]), _mm256_mul_ps(d, dxk), acc[k]);
             if (min)
                 acc[k] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ib[k]), _mm256_mul_ps(dm, dxk),
@@ -296,13 +319,13 @@ static AI void tile_k(const struct panel *P, const char *const *xs, const int S,
     }
 }
 
-#define TILE_K(G, MIN, SGN, Z32)                                                               \
+#define TILE_K(G, MIN, SGN, ZS)                                                                \
     do {                                                                                       \
         switch (S) {                                                                           \
-        case 4: tile_k(P, xs, 4, off, ng, G, MIN, SGN, Z32, dx, sx, y, ys, nr, first); break;  \
-        case 3: tile_k(P, xs, 3, off, ng, G, MIN, SGN, Z32, dx, sx, y, ys, nr, first); break;  \
-        case 2: tile_k(P, xs, 2, off, ng, G, MIN, SGN, Z32, dx, sx, y, ys, nr, first); break;  \
-        default: tile_k(P, xs, 1, off, ng, G, MIN, SGN, Z32, dx, sx, y, ys, nr, first); break; \
+        case 4: tile_k(P, xs, 4, off, ng, G, MIN, SGN, ZS, dx, sx, y, ys, nr, first); break;  \
+        case 3: tile_k(P, xs, 3, off, ng, G, MIN, SGN, ZS, dx, sx, y, ys, nr, first); break;  \
+        case 2: tile_k(P, xs, 2, off, ng, G, MIN, SGN, ZS, dx, sx, y, ys, nr, first); break;  \
+        default: tile_k(P, xs, 1, off, ng, G, MIN, SGN, ZS, dx, sx, y, ys, nr, first); break; \
         }                                                                                      \
     } while (0)
 
@@ -326,8 +349,10 @@ static void tile_any(const struct panel *P, const char *const *xs, int S, const 
             TILE_K(32, 0, 1, 0);
         else if (ty->min)
             TILE_K(32, 1, 0, 0);
+        else if (ty->off == 4)
+            TILE_K(16, 0, 0, 2);
         else
-            TILE_K(16, 0, 0, 1);
+            TILE_K(16, 0, 0, 5);
     } else if (ty->sgn)
         TILE_S(32, 0, 1);
     else if (ty->min)
@@ -341,8 +366,8 @@ static void tile_any(const struct panel *P, const char *const *xs, int S, const 
 int GEMM_FN(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
             int y_stride, int row_begin, int row_end)
 {
-    struct gemm_type ty = gemm_type_of(W->type);
-    if (!ty.g || ((ty.min || ty.sgn) && ty.g != 32) || (ty.act_q8_k && ty.off && ty.off != 32))
+    struct gemm_type ty = gemm_type_of_avx2(W->type);
+    if (!ty.g)
         return -1;
     const int G = ty.g, zero = ty.sgn ? 0 : ty.off, gk = GEMM_KC / G;
     const int ngt = W->cols / G;

@@ -5,7 +5,7 @@
  *     dot_g = scale_g * dx * (sum c qx - off * sum qx) - bias_g * dx * sum qx
  *
  * off is a per-type integer (the codes' zero point: 8 for Q4_0's 0..15, 32 for Q6_K's
- * 0..63, 0 when codes are signed or the type has a min), bias is the min of Q4_K/Q5_K
+ * 0..63, 4 for Q3_K's 0..7, 0 when codes are signed or the type has a min), bias is the min of Q4_K/Q5_K
  * (dmin * m) and 0 otherwise. Signed codes (Q8_0, IQ4_*) are -128..127; the VNNI kernel
  * offsets them by 128 (off = 128), the AVX2 kernel moves their sign onto the activations.
  * The integer part is exact, so each kernel differs from the scalar dot only in float
@@ -56,6 +56,19 @@ static inline struct gemm_type gemm_type_of(enum ggml_type t)
     }
 }
 
+/* The types gemm_avx2.c tiles besides gemm_type_of's: Q3_K (codes 0..7, zero point 4,
+ * signed integer scales). gemm_avx512.c does not take them: its decode paths read blocks of
+ * gemm_type_of's types only. */
+static inline struct gemm_type gemm_type_of_avx2(enum ggml_type t)
+{
+    switch (t) {
+    case GGML_TYPE_Q3_K:
+        return (struct gemm_type){16, 0, 4, 0, 1};
+    default:
+        return gemm_type_of(t);
+    }
+}
+
 /* Byte offset of activation sub-block g's signed bytes in an activation row. */
 static inline size_t gemm_act_off(const struct gemm_type *ty, int g)
 {
@@ -103,6 +116,21 @@ static inline __m256i gemm_bits5(const uint8_t qh[4])
     __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit),
                             _mm256_set1_epi8(0x10));
+}
+
+/* Q3_K's 16 sub-block scales less 32 (quant_q3_k_scale's packing, four at a time). */
+static inline void gemm_q3_k_scales(const uint8_t s[12], int8_t out[16])
+{
+    uint32_t a[3], v[4];
+    uint8_t u[16];
+    memcpy(a, s, sizeof a);
+    v[0] = (a[0] & 0x0f0f0f0fu) | (a[2] & 0x03030303u) << 4;
+    v[1] = (a[1] & 0x0f0f0f0fu) | ((a[2] >> 2) & 0x03030303u) << 4;
+    v[2] = ((a[0] >> 4) & 0x0f0f0f0fu) | ((a[2] >> 4) & 0x03030303u) << 4;
+    v[3] = ((a[1] >> 4) & 0x0f0f0f0fu) | ((a[2] >> 6) & 0x03030303u) << 4;
+    memcpy(u, v, sizeof v);
+    for (int k = 0; k < 16; k++)
+        out[k] = (int8_t)(u[k] - 32);
 }
 
 /* Sub-blocks [g0, g0 + ng) of weight row w: codes (ng * G bytes, element order) and the
@@ -218,6 +246,40 @@ static inline void gemm_decode_row(enum ggml_type t, const void *w, int g0, int 
             for (int k = 0; k < 16; k++) {
                 scale[(16 * i + k) * ss] = d * (float)b->scales[k];
                 bias[(16 * i + k) * ss] = 0.0f;
+            }
+        }
+        return;
+    }
+    case GGML_TYPE_Q2_K:
+    case GGML_TYPE_Q3_K: {
+        /* element 128n + 32j + l: bits 2j..2j+1 of qs[32n + l] (and for Q3_K bit 4n + j of
+         * hmask[l] as bit 2 of the code) */
+        const int three = t == GGML_TYPE_Q3_K;
+        const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+        for (int i = 0; i < ng / 16; i++) {
+            const struct quant_block_q2_k *b2 = (const struct quant_block_q2_k *)w + g0 / 16 + i;
+            const struct quant_block_q3_k *b3 = (const struct quant_block_q3_k *)w + g0 / 16 + i;
+            const uint8_t *qs = three ? b3->qs : b2->qs;
+            __m256i hm = three ? _mm256_loadu_si256((const __m256i *)b3->hmask)
+                               : _mm256_setzero_si256();
+            for (int n = 0; n < 2; n++) {
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * n));
+                for (int j = 0; j < 4; j++) {
+                    __m256i q = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
+                    if (three)
+                        q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(
+                            _mm256_srli_epi16(hm, 4 * n + j), one), 2));
+                    _mm256_storeu_si256((__m256i *)(codes + 256 * i + 128 * n + 32 * j), q);
+                }
+            }
+            float d = _cvtsh_ss(three ? b3->d : b2->d), dmin = three ? 0.0f : _cvtsh_ss(b2->dmin);
+            int8_t s3[16];
+            if (three)
+                gemm_q3_k_scales(b3->scales, s3);
+            for (int k = 0; k < 16; k++) {
+                int sc = three ? s3[k] : b2->scales[k] & 15;
+                scale[(16 * i + k) * ss] = d * (float)sc;
+                bias[(16 * i + k) * ss] = three ? 0.0f : dmin * (float)(b2->scales[k] >> 4);
             }
         }
         return;

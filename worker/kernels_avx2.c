@@ -1,7 +1,7 @@
-/* The AVX2+FMA+F16C kernel set. The quantized types gemm_avx2.c tiles (Q8_0, Q4_0, Q5_0,
- * IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS) go through it for prompt and decode rows alike, so a row
- * is the same bits whichever computed it; kernels_avx2_ext.c has the other quantized types
- * (integer dots by maddubs + madd); float types use FMA here. Built with -mavx2 -mfma
+/* The AVX2+FMA+F16C kernel set. The quantized types gemm_avx2.c tiles go through it for
+ * prompt rows; their decode rows (Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS here,
+ * the others in kernels_avx2_ext.c) compute the GEMM's float chain, so a row is the same bits
+ * whichever computed it; float types use FMA here. Built with -mavx2 -mfma
  * -mf16c: reached only through kern_ops_get after a CPU check. kernels_avxvnni.c builds this
  * file again with -mavxvnni as the avxvnni set: the integer dots (kernels_simd.h's dot_u8s8*)
  * become vpdpbusd and vpdpwssd with the same sums, so the two sets give the same bits. Every
@@ -27,28 +27,6 @@
  * acc = fma(isum, dw * dx, acc) and for Q4_K/Q5_K acc = fnma(msum, dmin * dx, acc). Here the
  * integer sums come row-wise (8 lanes per sequence) and are summed across lanes, exactly;
  * four sequences share one float step, lane k being sequence k. */
-
-/* Lane k of the result: the sum of v_k's eight int32 lanes. */
-static AI __m128i hsum4(__m256i v0, __m256i v1, __m256i v2, __m256i v3)
-{
-    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
-    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-}
-
-/* S (<= 4) vectors' lane sums, lane k for vector k (the others repeat vector 0). */
-static AI __m128i hsum_s(const __m256i *v, const int S)
-{
-    return hsum4(v[0], S > 1 ? v[1] : v[0], S > 2 ? v[2] : v[0], S > 3 ? v[3] : v[0]);
-}
-
-static AI void store_s(__m128 acc, const int S, float *y, size_t ys)
-{
-    float a[4];
-    _mm_storeu_ps(a, acc);
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        y[k * ys] = a[k];
-}
 
 enum b32_kind { B32_Q8_0, B32_Q4_0, B32_Q5_0, B32_IQ4_NL };
 
@@ -182,26 +160,6 @@ static void matmul_b32(const struct kern_mat *W, const struct kern_act *X, int n
             }
         }
     }
-}
-
-/* The Q8_K scales of superblock i of S activations, lane k for sequence k. */
-static AI __m128 act_dk4(const char *x, size_t xs, int i, const int S)
-{
-#define DK(k) (S > (k) ? ((const struct quant_block_q8_k *)(x + (k) * xs))[i].d : 0.0f)
-    return _mm_set_ps(DK(3), DK(2), DK(1), DK(0));
-#undef DK
-}
-
-/* The float step of superblock i: acc += isum * (dw * dx) [- msum * (dmin * dx)]. */
-static AI __m128 k_step(__m128 acc, const __m256i *isum, const __m256i *msum, const int S,
-                        float dw, float dmin, const char *x, size_t xs, int i)
-{
-    __m128 dx = act_dk4(x, xs, i, S);
-    acc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum_s(isum, S)), _mm_mul_ps(_mm_set1_ps(dw), dx), acc);
-    if (msum)
-        acc = _mm_fnmadd_ps(_mm_cvtepi32_ps(hsum_s(msum, S)), _mm_mul_ps(_mm_set1_ps(dmin), dx),
-                            acc);
-    return acc;
 }
 
 /* Q4_K and Q5_K: sub-block by sub-block, each (weights, scales) pair used by all S sequences

@@ -1,8 +1,9 @@
-/* AVX2 matmul rows for the quantized types gemm_avx2.c does not tile: Q4_1 and Q5_1 against
- * Q8_0 activations, Q2_K and Q3_K against Q8_K. Weights are decoded to bytes once per block
- * and reused for the sequences of a tile; the integer dots are maddubs (unsigned x signed
- * bytes) + madd, exact, so only the float accumulation order differs from the scalar
- * reference. As in kernels_avx2.c a sequence's instruction stream does not depend on how many
+/* AVX2 matmul rows for Q4_1 and Q5_1 against Q8_0 activations, Q2_K and Q3_K against Q8_K.
+ * Weights are decoded to bytes once per block and reused for the sequences of a tile; the
+ * integer dots are maddubs (unsigned x signed bytes) + madd, exact, so only the float
+ * accumulation order differs from the scalar reference. Q3_K, which gemm_avx2.c tiles for
+ * prompt rows, takes that GEMM's float chain (one step per superblock), so its prompt and
+ * decode rows agree bit for bit. As in kernels_avx2.c a sequence's instruction stream does not depend on how many
  * sequences share the tile: batching is bit-exact. Built with -mavx2 -mfma -mf16c, reached
  * only through the avx2 table after a CPU check; built again with -mavxvnni by
  * kernels_avxvnni_ext.c for the avxvnni set (vpdpbusd/vpdpwssd). */
@@ -155,17 +156,16 @@ static AI __m256i q3_k_scales(const uint8_t s[12])
     return _mm256_sub_epi16(v, _mm256_set1_epi16(32));
 }
 
-/* Q3_K: codes u = low | high << 2 in 0..7 by maddubs, then 4 * sum_k sc_k bsum_k off. */
+/* Q3_K: codes u = low | high << 2 in 0..7 by maddubs, then 4 * sum_k sc_k bsum_k off; per
+ * superblock the exact sum and one float step (k_step): gemm_avx2.c's chain, so prompt and
+ * decode rows agree bit for bit. */
 static AI void tile_q3_k(const struct quant_block_q3_k *w, const char *x, size_t xs, int nb,
                          const int S, float *y, size_t ys)
 {
     const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
-    __m256 acc[4];
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        acc[k] = _mm256_setzero_ps();
+    __m128 acc = _mm_setzero_ps();
     for (int i = 0; i < nb; i++) {
-        __m256i q[8], scv[8];
+        __m256i q[8], scv[8], isum[4];
         __m256i hm = _mm256_loadu_si256((const __m256i *)w[i].hmask);
         for (int n = 0; n < 2; n++) {
             __m256i raw = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * n));
@@ -184,24 +184,21 @@ static AI void tile_q3_k(const struct quant_block_q3_k *w, const char *x, size_t
             scv[v] = bcast16(lo, 2 * v, 2 * v + 1);
             scv[v + 4] = bcast16(hi, 2 * v, 2 * v + 1);
         }
-        float d = f16(w[i].d);
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
-            __m256i isum = _mm256_setzero_si256();
+            __m256i s = _mm256_setzero_si256();
             _Pragma("GCC unroll 8")
             for (int v = 0; v < 8; v++) {
                 __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * v));
-                isum = dot_u8s8_scaled(isum, q[v], qx, scv[v]);
+                s = dot_u8s8_scaled(s, q[v], qx, scv[v]);
             }
             __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
-            isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 2));
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(isum), acc[k]);
+            isum[k] = _mm256_sub_epi32(s, _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 2));
         }
+        acc = k_step(acc, isum, NULL, S, f16(w[i].d), 0.0f, x, xs, i);
     }
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        y[k * ys] = hsum8(acc[k]);
+    store_s(acc, S, y, ys);
 }
 
 /* One row against sequences [0, ns): tiles of 4, then 1 at a time. */

@@ -104,6 +104,54 @@ static AI __m256i dot_u8s8_scaled(__m256i acc, __m256i u, __m256i s, __m256i scv
 #endif
 }
 
+/* ---- kernels_avx2*.c's decode rows: integer lanes summed exactly, then one float step for up
+ * to four sequences (lane k = sequence k); not in the AVX-512 files, which have their own ---- */
+#ifndef __AVX512F__
+
+/* Lane k of the result: the sum of v_k's eight int32 lanes. */
+static AI __m128i hsum4(__m256i v0, __m256i v1, __m256i v2, __m256i v3)
+{
+    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* S (<= 4) vectors' lane sums, lane k for vector k (the others repeat vector 0). */
+static AI __m128i hsum_s(const __m256i *v, const int S)
+{
+    return hsum4(v[0], S > 1 ? v[1] : v[0], S > 2 ? v[2] : v[0], S > 3 ? v[3] : v[0]);
+}
+
+static AI void store_s(__m128 acc, const int S, float *y, size_t ys)
+{
+    float a[4];
+    _mm_storeu_ps(a, acc);
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        y[k * ys] = a[k];
+}
+
+/* The Q8_K scales of superblock i of S activations, lane k for sequence k. */
+static AI __m128 act_dk4(const char *x, size_t xs, int i, const int S)
+{
+#define DK(k) (S > (k) ? ((const struct quant_block_q8_k *)(x + (k) * xs))[i].d : 0.0f)
+    return _mm_set_ps(DK(3), DK(2), DK(1), DK(0));
+#undef DK
+}
+
+/* The float step of superblock i: acc += isum * (dw * dx) [- msum * (dmin * dx)]. */
+static AI __m128 k_step(__m128 acc, const __m256i *isum, const __m256i *msum, const int S,
+                        float dw, float dmin, const char *x, size_t xs, int i)
+{
+    __m128 dx = act_dk4(x, xs, i, S);
+    acc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum_s(isum, S)), _mm_mul_ps(_mm_set1_ps(dw), dx), acc);
+    if (msum)
+        acc = _mm_fnmadd_ps(_mm_cvtepi32_ps(hsum_s(msum, S)), _mm_mul_ps(_mm_set1_ps(dmin), dx),
+                            acc);
+    return acc;
+}
+
+#endif
+
 #ifdef __AVX512F__
 static AI __m512i join(__m256i lo, __m256i hi)
 {
