@@ -505,7 +505,7 @@ static void check_gemm_tiles(enum kern_set set)
 {
     static const enum ggml_type tiled[] = {
         GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_K,
-        GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q3_K};
+        GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q3_K, GGML_TYPE_Q2_K};
     if (!kern_ops_get(set))
         skip();
     for (size_t ti = 0; ti < sizeof tiled / sizeof tiled[0]; ti++) {

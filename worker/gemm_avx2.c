@@ -2,8 +2,8 @@
  * panel vector (lane = row) and a register tile of 8 rows x 4 sequences. The integer dot is
  * maddubs (unsigned x signed bytes) + madd: unsigned codes (at most 63, so a pair of maddubs
  * results fits in int16 and is added before the madd) multiply the activations directly,
- * their zero point taken off in integers as in the VNNI kernel (Q3_K too, which only this
- * GEMM tiles: gemm_type_of_avx2); signed codes (Q8_0, IQ4_*)
+ * their zero point taken off in integers as in the VNNI kernel (Q3_K and Q2_K too, which only
+ * this GEMM tiles: gemm_type_of_avx2); signed codes (Q8_0, IQ4_*)
  * give maddubs their absolute value and move their sign onto the activations. Exact
  * integers, then per sub-block the same float steps whatever the tile, so a (row,
  * sequence) result does not depend on n_seq, the row range, or the other sequences. */
@@ -347,8 +347,10 @@ static void tile_any(const struct panel *P, const char *const *xs, int S, const 
     if (ty->act_q8_k) {
         if (ty->sgn)
             TILE_K(32, 0, 1, 0);
-        else if (ty->min)
+        else if (ty->min && ty->g == 32)
             TILE_K(32, 1, 0, 0);
+        else if (ty->min)
+            TILE_K(16, 1, 0, 0);
         else if (ty->off == 4)
             TILE_K(16, 0, 0, 2);
         else

@@ -5,8 +5,8 @@
  *     dot_g = scale_g * dx * (sum c qx - off * sum qx) - bias_g * dx * sum qx
  *
  * off is a per-type integer (the codes' zero point: 8 for Q4_0's 0..15, 32 for Q6_K's
- * 0..63, 4 for Q3_K's 0..7, 0 when codes are signed or the type has a min), bias is the min of Q4_K/Q5_K
- * (dmin * m) and 0 otherwise. Signed codes (Q8_0, IQ4_*) are -128..127; the VNNI kernel
+ * 0..63, 4 for Q3_K's 0..7, 0 when codes are signed or the type has a min), bias is the min
+ * of Q4_K/Q5_K/Q2_K (dmin * m) and 0 otherwise. Signed codes (Q8_0, IQ4_*) are -128..127; the VNNI kernel
  * offsets them by 128 (off = 128), the AVX2 kernel moves their sign onto the activations.
  * The integer part is exact, so each kernel differs from the scalar dot only in float
  * rounding. AVX2 over one row (include only from files built with -mavx2), decoded once
@@ -57,13 +57,15 @@ static inline struct gemm_type gemm_type_of(enum ggml_type t)
 }
 
 /* The types gemm_avx2.c tiles besides gemm_type_of's: Q3_K (codes 0..7, zero point 4,
- * signed integer scales). gemm_avx512.c does not take them: its decode paths read blocks of
+ * signed integer scales) and Q2_K (codes 0..3, 4-bit scales and mins). gemm_avx512.c does not take them: its decode paths read blocks of
  * gemm_type_of's types only. */
 static inline struct gemm_type gemm_type_of_avx2(enum ggml_type t)
 {
     switch (t) {
     case GGML_TYPE_Q3_K:
         return (struct gemm_type){16, 0, 4, 0, 1};
+    case GGML_TYPE_Q2_K:
+        return (struct gemm_type){16, 0, 0, 1, 1};
     default:
         return gemm_type_of(t);
     }

@@ -1,9 +1,9 @@
 /* AVX2 matmul rows for Q4_1 and Q5_1 against Q8_0 activations, Q2_K and Q3_K against Q8_K.
  * Weights are decoded to bytes once per block and reused for the sequences of a tile; the
  * integer dots are maddubs (unsigned x signed bytes) + madd, exact, so only the float
- * accumulation order differs from the scalar reference. Q3_K, which gemm_avx2.c tiles for
- * prompt rows, takes that GEMM's float chain (one step per superblock), so its prompt and
- * decode rows agree bit for bit. As in kernels_avx2.c a sequence's instruction stream does not depend on how many
+ * accumulation order differs from the scalar reference. Q3_K and Q2_K, which gemm_avx2.c
+ * tiles for prompt rows, take that GEMM's float chain (one step per superblock), so their
+ * prompt and decode rows agree bit for bit. As in kernels_avx2.c a sequence's instruction stream does not depend on how many
  * sequences share the tile: batching is bit-exact. Built with -mavx2 -mfma -mf16c, reached
  * only through the avx2 table after a CPU check; built again with -mavxvnni by
  * kernels_avxvnni_ext.c for the avxvnni set (vpdpbusd/vpdpwssd). */
@@ -96,17 +96,15 @@ static AI void tile_b32(const char *w, const enum b32_kind kind, const char *x, 
 }
 
 /* Q2_K: vector v = 4n + j holds elements 32v..32v+31 (bits 2j of qs[32n..]), which are
- * sub-blocks 2v and 2v+1. */
+ * sub-blocks 2v and 2v+1. Per superblock the exact sums isum (scales folded in) and msum
+ * (mins times bsums), then one float step (k_step): gemm_avx2.c's chain. */
 static AI void tile_q2_k(const struct quant_block_q2_k *w, const char *x, size_t xs, int nb,
                          const int S, float *y, size_t ys)
 {
     const __m256i three = _mm256_set1_epi8(3);
-    __m256 acc[4];
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        acc[k] = _mm256_setzero_ps();
+    __m128 acc = _mm_setzero_ps();
     for (int i = 0; i < nb; i++) {
-        __m256i q[8], scv[8];
+        __m256i q[8], scv[8], isum[4], msum[4];
         for (int n = 0; n < 2; n++) {
             __m256i raw = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * n));
             _Pragma("GCC unroll 4")
@@ -122,25 +120,21 @@ static AI void tile_q2_k(const struct quant_block_q2_k *w, const char *x, size_t
             scv[v] = bcast16(lo, 2 * v, 2 * v + 1);
             scv[v + 4] = bcast16(hi, 2 * v, 2 * v + 1);
         }
-        float d = f16(w[i].d), dmin = f16(w[i].dmin);
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
             const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)(x + k * xs) + i;
-            __m256i isum = _mm256_setzero_si256();
+            __m256i t = _mm256_setzero_si256();
             _Pragma("GCC unroll 8")
             for (int v = 0; v < 8; v++) {
                 __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * v));
-                isum = dot_u8s8_scaled(isum, q[v], qx, scv[v]);
+                t = dot_u8s8_scaled(t, q[v], qx, scv[v]);
             }
-            __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
-            __m256 ms = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, m16));
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(isum), acc[k]);
-            acc[k] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * a->d), ms, acc[k]);
+            isum[k] = t;
+            msum[k] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), m16);
         }
+        acc = k_step(acc, isum, msum, S, f16(w[i].d), f16(w[i].dmin), x, xs, i);
     }
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < S; k++)
-        y[k * ys] = hsum8(acc[k]);
+    store_s(acc, S, y, ys);
 }
 
 /* Q3_K's 16 scales minus 32 as int16 (quant.h's packing, four bytes at a time). */
