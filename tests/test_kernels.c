@@ -465,11 +465,12 @@ static void test_kernels_avxvnni_gemm_matches_scalar_and_batching_changes_nothin
 
 /* A row's result is the same bits through gemm (prompt rows) and matmul (decode rows) on a
  * set, for every type, row counts leaving partial tiles, K beyond one cache chunk and 1 to 13
- * sequences: the KV cache shares positions whichever of the two computed them. */
+ * sequences, and 37 (the AVX2 GEMM's tiles take 32 and more): the KV cache shares positions
+ * whichever of the two computed them. */
 static void check_gemm_equals_matmul(enum kern_set set)
 {
     const struct kern_ops *k = kern_ops_get(set);
-    static const int seqs[] = {1, 3, 8, 13};
+    static const int seqs[] = {1, 3, 8, 13, 37};
     static const int rowss[] = {5, 19};
     if (!k)
         skip();
@@ -481,8 +482,8 @@ static void check_gemm_equals_matmul(enum kern_set set)
             for (size_t ri = 0; ri < 2; ri++) {
                 int rows = rowss[ri];
                 struct problem p;
-                problem_init(&p, wtypes[ti], rows, cols[ci], 13, 3u + (unsigned)(ti * 7 + ri));
-                for (size_t si = 0; si < 4; si++) {
+                problem_init(&p, wtypes[ti], rows, cols[ci], 37, 3u + (unsigned)(ti * 7 + ri));
+                for (size_t si = 0; si < sizeof seqs / sizeof seqs[0]; si++) {
                     int ns = seqs[si];
                     float *y = run_gemm(k, &p, ns, 0, 0, rows), *ym = run(k, &p, ns, 0, 0, rows);
                     for (int i = 0; i < ns * rows; i++)
@@ -498,9 +499,9 @@ static void check_gemm_equals_matmul(enum kern_set set)
     }
 }
 
-/* The AVX2 and AVX-VNNI prompt GEMMs tile every quantized type listed (they return 0, not -1
- * for a fallback to matmul); the checks above hold their results to the scalar set and to
- * their own matmul. */
+/* The AVX2 and AVX-VNNI prompt GEMMs tile every quantized type listed from 32 sequences on
+ * (they return 0, not -1 for a fallback to matmul) and leave fewer to matmul; the checks above
+ * hold their results to the scalar set and to their own matmul. */
 static void check_gemm_tiles(enum kern_set set)
 {
     static const enum ggml_type tiled[] = {
@@ -510,13 +511,18 @@ static void check_gemm_tiles(enum kern_set set)
         skip();
     for (size_t ti = 0; ti < sizeof tiled / sizeof tiled[0]; ti++) {
         struct problem p;
-        problem_init(&p, tiled[ti], 9, 256, 5, 5u + (unsigned)ti);
-        float *y = calloc(5 * 9, sizeof(float));
+        problem_init(&p, tiled[ti], 9, 256, 32, 5u + (unsigned)ti);
+        float *y = calloc(32 * 9, sizeof(float));
         assert_non_null(y);
-        int rc = set == KERN_SET_AVX2 ? kern_gemm_avx2(&p.W, &p.X, 5, y, 9, 0, 9)
-                                      : kern_gemm_avxvnni(&p.W, &p.X, 5, y, 9, 0, 9);
+        int rc = set == KERN_SET_AVX2 ? kern_gemm_avx2(&p.W, &p.X, 32, y, 9, 0, 9)
+                                      : kern_gemm_avxvnni(&p.W, &p.X, 32, y, 9, 0, 9);
         if (rc != 0)
             fail_msg("%s gemm does not tile %s", kern_ops_get(set)->name, quant_type_name(p.t));
+        rc = set == KERN_SET_AVX2 ? kern_gemm_avx2(&p.W, &p.X, 31, y, 9, 0, 9)
+                                  : kern_gemm_avxvnni(&p.W, &p.X, 31, y, 9, 0, 9);
+        if (rc != -1)
+            fail_msg("%s gemm tiles %s for 31 sequences (matmul is cheaper there)",
+                     kern_ops_get(set)->name, quant_type_name(p.t));
         free(y);
         problem_free(&p);
     }

@@ -27,6 +27,8 @@ int kern_gemm_amx(const struct kern_mat *W, const struct kern_act *X, int n_seq,
  * of the AVX-512 set's matmul, or -1 (nothing done) for another type or shape. */
 int kern_gemm_avx512_colsk(const struct kern_mat *W, const struct kern_act *X, int n_seq,
                            float *Y, int y_stride, int row_begin, int row_end);
+/* -1 also for fewer than 32 sequences: the avx2 and avxvnni sets' matmul gives the same bits
+ * (rows_agree) for less. */
 int kern_gemm_avx2(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
                    int y_stride, int row_begin, int row_end);
 /* gemm_avx2.c built with -mavxvnni (gemm_avxvnni.c): the same results. */

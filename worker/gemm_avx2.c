@@ -27,6 +27,11 @@
  * prefill) */
 #define GEMM_SC 512
 
+/* Calls of fewer sequences return -1, so the set's matmul computes them: with so few sequences
+ * to share a panel its decode and transpose cost more than the tiles save (bench_kernels, Q3_K,
+ * Q4_K and Q8_0 at 16 sequences), and matmul gives the same bits (rows_agree). */
+#define GEMM_MIN_SEQ 32
+
 #define GEMM_MAXSB (GEMM_KC / QUANT_QK_K)
 
 struct panel {
@@ -369,7 +374,7 @@ int GEMM_FN(const struct kern_mat *W, const struct kern_act *X, int n_seq, float
             int y_stride, int row_begin, int row_end)
 {
     struct gemm_type ty = gemm_type_of_avx2(W->type);
-    if (!ty.g)
+    if (!ty.g || n_seq < GEMM_MIN_SEQ)
         return -1;
     const int G = ty.g, zero = ty.sgn ? 0 : ty.off, gk = GEMM_KC / G;
     const int ngt = W->cols / G;
