@@ -17,6 +17,7 @@
 
 #include "../worker/kernels.h"
 #include "../worker/model_llama.h"
+#include "../worker/quant.h"
 #include "lib/model_gen.h"
 
 #define STEPS 12
@@ -168,8 +169,8 @@ static void check_batched_prefill(struct model *m, const char *name)
 /* A chat's next turn: the prompt re-sends the previous prompt and the tokens generated for
  * it, then more. With reuse its logits equal those of the whole prompt computed afresh. The
  * answer's positions (computed by decode steps) are reused too where the kernel set's
- * prompt and decode rows agree (rows_agree: every set for Q8_0 and F32 weights), else
- * computed again. */
+ * prompt and decode rows agree (rows_agree: every set for Q8_0, Q4_K, Q6_K and F32 weights),
+ * else computed again. */
 static void check_resent_answer(struct model *m, const char *name, int answer_reused)
 {
     size_t rows = (size_t)(STEPS + 1) * m->n_vocab;
@@ -205,7 +206,7 @@ static void check_resent_answer(struct model *m, const char *name, int answer_re
 }
 
 /* Where a set's prompt and decode rows agree for the model's weights, answers are reused;
- * every set agrees for Q8_0 and F32. */
+ * every set agrees for Q8_0, Q4_K, Q6_K and F32. */
 static int answer_reused(const struct kern_ops *k, enum ggml_type t)
 {
     assert_true(k->rows_agree(t));
@@ -269,6 +270,39 @@ static void test_model_cache_every_architecture_outputs_equal_with_and_without_r
     }
 }
 
+/* Q4_K and Q6_K weights: every set computes their prompt and decode rows alike, so a re-sent
+ * answer's positions, which decode steps computed, are reused too, and the logits are the
+ * same bits with and without reuse. */
+static void test_model_cache_k_quant_answers_are_reused_and_outputs_equal(void **state)
+{
+    static const enum ggml_type types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    (void)state;
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        struct model_gen_opts o = {.arch = "llama", .dim = 256, .layers = 2, .heads = 4,
+                                   .kv_heads = 2, .ffn = 512, .ctx = 256,
+                                   .type = types[i], .seed = 7, .peak = 4.0f};
+        char path[128], err[256];
+        snprintf(path, sizeof(path), "%s/%s.gguf", dir, quant_type_name(types[i]));
+        assert_int_equal(model_gen_write(&o, path, err, sizeof(err)), 0);
+        for (int set = KERN_SET_SCALAR; set <= KERN_SET_AMX; set++) {
+            const struct kern_ops *k = kern_ops_get((enum kern_set)set);
+            struct model_llama_opts mo = {.max_sequences = 3, .ctx = 256, .threads = 2,
+                                          .quiet = 1, .kernels = k};
+            char name[64];
+            struct model *m;
+            if (!k)
+                continue;
+            snprintf(name, sizeof(name), "llama %s (%s)", quant_type_name(types[i]), k->name);
+            if (!(m = model_llama_create(path, &mo, err, sizeof(err))))
+                fail_msg("%s: %s", name, err);
+            check_model(m, name);
+            check_batched_prefill(m, name);
+            check_resent_answer(m, name, answer_reused(k, types[i]));
+            model_destroy(m);
+        }
+    }
+}
+
 static void test_model_cache_sequence_larger_than_the_cache_is_refused(void **state)
 {
     const char *shared = getenv("KILN_SHARED");
@@ -296,6 +330,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_cache_stories_outputs_equal_with_and_without_reuse),
         cmocka_unit_test(test_model_cache_every_architecture_outputs_equal_with_and_without_reuse),
+        cmocka_unit_test(test_model_cache_k_quant_answers_are_reused_and_outputs_equal),
         cmocka_unit_test(test_model_cache_sequence_larger_than_the_cache_is_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
