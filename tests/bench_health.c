@@ -102,24 +102,6 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* A series' value from /metrics (the line "name value"), or -1. */
-static double metric(int port, const char *name)
-{
-    struct http_response r;
-    double v = -1;
-    size_t n = strlen(name);
-    if (http_request_ex(port, "GET", "/metrics", NULL, NULL, 0, 10000, &r) != 200)
-        return -1;
-    for (const char *p = r.body; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
-        if (strncmp(p, name, n) == 0 && p[n] == ' ') {
-            v = strtod(p + n + 1, NULL);
-            break;
-        }
-    }
-    http_response_free(&r);
-    return v;
-}
-
 int main(void)
 {
     static char reply[REPLY_LEN + 1];
@@ -167,7 +149,7 @@ int main(void)
         failures += clients[i].failures;
     }
     double secs = (now_ms() - t0) / 1e3;
-    double lag = metric(port, "kiln_event_loop_lag_max_seconds");
+    double lag = front_metric(port, "kiln_event_loop_lag_max_seconds");
     qsort(lat, (size_t)n, sizeof(double), cmp_double);
     printf("health under load: %d clients x n:8 streams of %d tokens, 2 workers, %lld MB read in "
            "%.2f s, %d stream failures, %d failed polls\n",

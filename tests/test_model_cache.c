@@ -213,28 +213,35 @@ static int answer_reused(const struct kern_ops *k, enum ggml_type t)
     return 1;
 }
 
-static void test_model_cache_stories_outputs_equal_with_and_without_reuse(void **state)
+/* The checks above for the model at path on every kernel set this CPU has; t is the type of its
+ * weights, which decides whether a re-sent answer's decode-computed positions are reused. */
+static void check_every_set(const char *path, const char *label, enum ggml_type t)
 {
-    const char *shared = getenv("KILN_SHARED");
-    char path[512], err[256];
-    (void)state;
-    snprintf(path, sizeof(path), "%s/models/stories260K.gguf", shared ? shared : "../shared");
     for (int set = KERN_SET_SCALAR; set <= KERN_SET_AMX; set++) {
         const struct kern_ops *k = kern_ops_get((enum kern_set)set);
         struct model_llama_opts mo = {.max_sequences = 3, .ctx = 256, .threads = 2, .quiet = 1,
                                       .kernels = k};
-        char name[64];
+        char name[96], err[256];
         struct model *m;
         if (!k)
             continue;
-        snprintf(name, sizeof(name), "stories260K (%s)", k->name);
+        snprintf(name, sizeof(name), "%s (%s)", label, k->name);
         if (!(m = model_llama_create(path, &mo, err, sizeof(err))))
-            fail_msg("%s", err);
+            fail_msg("%s: %s", name, err);
         check_model(m, name);
         check_batched_prefill(m, name);
-        check_resent_answer(m, name, answer_reused(k, GGML_TYPE_F32)); /* F32 weights */
+        check_resent_answer(m, name, answer_reused(k, t));
         model_destroy(m);
     }
+}
+
+static void test_model_cache_stories_outputs_equal_with_and_without_reuse(void **state)
+{
+    const char *shared = getenv("KILN_SHARED");
+    char path[512];
+    (void)state;
+    snprintf(path, sizeof(path), "%s/models/stories260K.gguf", shared ? shared : "../shared");
+    check_every_set(path, "stories260K", GGML_TYPE_F32); /* F32 weights */
 }
 
 static void test_model_cache_every_architecture_outputs_equal_with_and_without_reuse(void **state)
@@ -251,22 +258,7 @@ static void test_model_cache_every_architecture_outputs_equal_with_and_without_r
             o.window = 20; /* local layers see 20 positions: reads cross blocks */
         snprintf(path, sizeof(path), "%s/%s.gguf", dir, archs[i]);
         assert_int_equal(model_gen_write(&o, path, err, sizeof(err)), 0);
-        for (int set = KERN_SET_SCALAR; set <= KERN_SET_AMX; set++) {
-            const struct kern_ops *k = kern_ops_get((enum kern_set)set);
-            struct model_llama_opts mo = {.max_sequences = 3, .ctx = 256, .threads = 2,
-                                          .quiet = 1, .kernels = k};
-            char name[64];
-            struct model *m;
-            if (!k)
-                continue;
-            snprintf(name, sizeof(name), "%s (%s)", archs[i], k->name);
-            if (!(m = model_llama_create(path, &mo, err, sizeof(err))))
-                fail_msg("%s: %s", name, err);
-            check_model(m, name);
-            check_batched_prefill(m, name);
-            check_resent_answer(m, name, answer_reused(k, GGML_TYPE_Q8_0));
-            model_destroy(m);
-        }
+        check_every_set(path, archs[i], GGML_TYPE_Q8_0);
     }
 }
 
@@ -281,25 +273,11 @@ static void test_model_cache_k_quant_answers_are_reused_and_outputs_equal(void *
         struct model_gen_opts o = {.arch = "llama", .dim = 256, .layers = 2, .heads = 4,
                                    .kv_heads = 2, .ffn = 512, .ctx = 256,
                                    .type = types[i], .seed = 7, .peak = 4.0f};
-        char path[128], err[256];
+        char path[128], label[64], err[256];
         snprintf(path, sizeof(path), "%s/%s.gguf", dir, quant_type_name(types[i]));
         assert_int_equal(model_gen_write(&o, path, err, sizeof(err)), 0);
-        for (int set = KERN_SET_SCALAR; set <= KERN_SET_AMX; set++) {
-            const struct kern_ops *k = kern_ops_get((enum kern_set)set);
-            struct model_llama_opts mo = {.max_sequences = 3, .ctx = 256, .threads = 2,
-                                          .quiet = 1, .kernels = k};
-            char name[64];
-            struct model *m;
-            if (!k)
-                continue;
-            snprintf(name, sizeof(name), "llama %s (%s)", quant_type_name(types[i]), k->name);
-            if (!(m = model_llama_create(path, &mo, err, sizeof(err))))
-                fail_msg("%s: %s", name, err);
-            check_model(m, name);
-            check_batched_prefill(m, name);
-            check_resent_answer(m, name, answer_reused(k, types[i]));
-            model_destroy(m);
-        }
+        snprintf(label, sizeof(label), "llama %s", quant_type_name(types[i]));
+        check_every_set(path, label, types[i]);
     }
 }
 
