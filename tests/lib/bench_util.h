@@ -14,7 +14,7 @@ double bench_read_bandwidth(double *cpu_gbs);
 
 /* Billions of int8 multiply-adds per second of CPU time (so a machine shared with other
  * work does not lower it) one thread reaches with the instructions the
- * kernel set path ("avx512": vpdpbusd on zmm; "avx2": vpmaddubsw + vpmaddwd + vpaddd on ymm;
+ * kernel set path ("avx512": vpdpbusd on zmm; "avxvnni": VEX vpdpbusd on ymm; "avx2": vpmaddubsw + vpmaddwd + vpaddd on ymm;
  * "amx": TDPBSSD on full 16 x 64-byte tiles, which the Q8_0 kernels use at half depth, one
  * 32-element block per product) runs its integer dots with, independent chains and no
  * memory: the peak a prefill's matrix products are judged against. 0 for another path or a
