@@ -21,14 +21,16 @@
 #include "hist.h"
 #include "notify.h"
 
-#define STRESS_RING     4096u
-#define STRESS_DEADLINE (60 * UINT64_C(1000000)) /* us; a bug fails instead of hanging */
+#define STRESS_RING  4096u
+/* us without a record moving before a thread gives up, so that a bug fails instead of
+ * hanging. It bounds a stall, not the run: on a loaded machine each sched_yield() can hand
+ * the CPU away for a whole time slice, and a run that keeps moving may take minutes. */
+#define STRESS_STALL (60 * UINT64_C(1000000))
 
 struct stress {
     struct shm_ring_view *r;
     int efd;
     uint64_t n_records;
-    uint64_t deadline_us;
     uint32_t max_len;
     bool use_notify; /* consumer sleeps through notify (eventfd read) or spins */
     /* Results, each written by one thread and read by main after pthread_join. */
@@ -56,6 +58,7 @@ static void *stress_producer(void *arg)
     struct stress *s = arg;
     unsigned char buf[1024];
     uint64_t sum = 0xcbf29ce484222325u;
+    uint64_t moved_us = hist_now_us(); /* when the last record went in */
     int ret, err;
 
     for (uint64_t seq = 0; seq < s->n_records; seq++) {
@@ -79,8 +82,8 @@ static void *stress_producer(void *arg)
             }
             if (ret != -EAGAIN)
                 break;
-            if (hist_now_us() > s->deadline_us) {
-                s->producer_err = -ETIMEDOUT;
+            if (hist_now_us() - moved_us > STRESS_STALL) {
+                s->producer_err = -ETIMEDOUT; /* the consumer freed nothing */
                 return NULL;
             }
             sched_yield();
@@ -89,6 +92,7 @@ static void *stress_producer(void *arg)
             s->producer_err = ret;
             return NULL;
         }
+        moved_us = hist_now_us();
         if (s->use_notify && (ret = notify_wake(s->r, s->efd)) < 0) {
             s->producer_err = ret;
             return NULL;
@@ -102,6 +106,7 @@ static void *stress_consumer(void *arg)
 {
     struct stress *s = arg;
     uint64_t sum = 0xcbf29ce484222325u, seq = 0, got;
+    uint64_t moved_us = hist_now_us(); /* when the last record came out */
     const void *msg;
     uint32_t len;
     int ret;
@@ -109,8 +114,8 @@ static void *stress_consumer(void *arg)
     while (seq < s->n_records) {
         ret = shm_ring_peek(s->r, &msg, &len);
         if (ret == -EAGAIN) {
-            if (hist_now_us() > s->deadline_us) {
-                s->consumer_err = -ETIMEDOUT;
+            if (hist_now_us() - moved_us > STRESS_STALL) {
+                s->consumer_err = -ETIMEDOUT; /* the producer sent nothing */
                 return NULL;
             }
             if (s->use_notify && notify_prepare_sleep(s->r)) {
@@ -144,6 +149,7 @@ static void *stress_consumer(void *arg)
         sum = stress_mix(sum, msg, len);
         shm_ring_pop(s->r);
         seq++;
+        moved_us = hist_now_us();
     }
     s->consumer_sum = sum;
     s->consumed = seq;
@@ -166,7 +172,6 @@ static void run_stress(uint64_t n_records, uint32_t max_len, bool use_notify)
     s.n_records = n_records;
     s.max_len = max_len;
     s.use_notify = use_notify;
-    s.deadline_us = hist_now_us() + STRESS_DEADLINE;
     assert_int_equal(pthread_create(&cons, NULL, stress_consumer, &s), 0);
     assert_int_equal(pthread_create(&prod, NULL, stress_producer, &s), 0);
     assert_int_equal(pthread_join(prod, NULL), 0);
