@@ -292,11 +292,15 @@ static void on_read(struct bufferevent *bev, void *arg)
     conn_process(c); /* the next request's first byte turns keep-alive into its header deadline */
 }
 
+/* The output went down to empty. Over TLS this runs deferred (BEV_OPT_DEFER_CALLBACKS), after
+ * what the loop had queued before it: an answer's last chunks may have come since, so the
+ * output is looked at again rather than taken to be empty (closing with them unsent would cut
+ * the answer's end off; once they are out, this runs again). */
 static void on_write(struct bufferevent *bev, void *arg)
 {
     struct http_conn *c = arg;
-    (void)bev;
-    if (c->closing && !c->lingering && !c->req)
+    if (c->closing && !c->lingering && !c->req &&
+        evbuffer_get_length(bufferevent_get_output(bev)) == 0)
         conn_close_drained(c);
 }
 
