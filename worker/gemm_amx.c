@@ -35,6 +35,10 @@
 #define AMX_MAXSUB 16
 /* Blocks ahead each weight row is prefetched. */
 #define AMX_PF 8
+/* The most bytes of 16 rows for which the next 16 rows are prefetched into L2 as well: short
+ * rows (2048 columns, 34 KiB per 16) gained by it, long ones (5632 columns, 94 KiB) lost,
+ * their rows being long enough streams for the hardware prefetcher. */
+#define AMX_PF_NEXT (64u << 10)
 
 /* One block of 16 sequences: tile B and the sequences' activation scales. */
 struct amx_blk {
@@ -108,12 +112,24 @@ static AI void amx_step(__m512 acc[16], const int32_t (*c)[16], const float *sc,
         _tile_dpbssd(C, 2, 3);                                                              \
     } while (0)
 
-static AI void amx_pf(const char *w0, size_t rb, int g)
+/* While block g of the 16 rows from w0 runs: their block g + AMX_PF into L1, and block g's
+ * share of the next 16 rows' bytes (nx, 16 * rb contiguous ones; none if NULL) into L2. The
+ * 16 rows side by side in a page defeat the hardware prefetcher, and a group's first blocks
+ * would otherwise be read at full latency. */
+static AI void amx_pf(const char *w0, const char *nx, size_t rb, int ng, int g)
 {
-    const char *p = w0 + (size_t)(g + AMX_PF) * sizeof(struct quant_block_q8_0);
-    _Pragma("GCC unroll 16")
-    for (int m = 0; m < 16; m++)
-        _mm_prefetch(p + (size_t)m * rb, _MM_HINT_T0);
+    if (g + AMX_PF < ng) {
+        const char *p = w0 + (size_t)(g + AMX_PF) * sizeof(struct quant_block_q8_0);
+        _Pragma("GCC unroll 16")
+        for (int m = 0; m < 16; m++)
+            _mm_prefetch(p + (size_t)m * rb, _MM_HINT_T0);
+    }
+    if (!nx)
+        return;
+    size_t lo = (size_t)g * 16 * rb / (size_t)ng & ~(size_t)63;
+    size_t hi = (size_t)(g + 1) * 16 * rb / (size_t)ng;
+    for (size_t l = lo; l < hi; l += 64)
+        _mm_prefetch(nx + l, _MM_HINT_T1);
 }
 
 /* 16 rows from w0 against one 16-sequence panel over ng blocks: out[m * 16 + s]. Block g's
@@ -121,7 +137,7 @@ static AI void amx_pf(const char *w0, size_t rb, int g)
  * buffer its tile was stored to one block before (loads right after a tile store wait for
  * the store to complete). */
 static void amx_rows16(const char *w0, size_t rb, int ng, const struct amx_blk *P, int pf,
-                       float *out)
+                       const char *nx, float *out)
 {
     int32_t cb[2][16][16] __attribute__((aligned(64)));
     float sc[16] __attribute__((aligned(64)));
@@ -131,8 +147,8 @@ static void amx_rows16(const char *w0, size_t rb, int ng, const struct amx_blk *
         acc[m] = _mm512_setzero_ps();
     AMX_DP(0, 0);
     for (int g = 0; g < ng; g += 2) {
-        if (pf && g + AMX_PF < ng)
-            amx_pf(w0, rb, g);
+        if (pf)
+            amx_pf(w0, nx, rb, ng, g);
         _tile_stored(0, cb[0], 64);
         if (g + 1 < ng)
             AMX_DP(1, g + 1);
@@ -142,8 +158,8 @@ static void amx_rows16(const char *w0, size_t rb, int ng, const struct amx_blk *
         }
         if (g + 1 >= ng)
             break;
-        if (pf && g + 1 + AMX_PF < ng)
-            amx_pf(w0, rb, g + 1);
+        if (pf)
+            amx_pf(w0, nx, rb, ng, g + 1);
         _tile_stored(1, cb[1], 64);
         if (g + 2 < ng)
             AMX_DP(0, g + 2);
@@ -185,7 +201,9 @@ int kern_gemm_amx(const struct kern_mat *W, const struct kern_act *X, int n_seq,
                 const char *w0 = (const char *)W->data + (size_t)r * rb;
                 for (int j = 0; j < nsub; j++) {
                     int a = s0 + 16 * j, ns = n_seq - a < 16 ? n_seq - a : 16;
-                    amx_rows16(w0, rb, ng, pan + (size_t)j * ng, j == 0, out);
+                    amx_rows16(w0, rb, ng, pan + (size_t)j * ng, j == 0,
+                               r + 32 <= W->rows && 16 * rb <= AMX_PF_NEXT ? w0 + 16 * rb
+                                                                          : NULL, out);
                     for (int s = 0; s < ns; s++)
                         for (int m = 0; m < 16; m++)
                             Y[(size_t)(a + s) * y_stride + r + m] = out[16 * m + s];
