@@ -11,7 +11,9 @@
  * step() of gemm_avx512.c: acc = fma(float(sum), scale * dx, acc), block by block in order,
  * so a (row, sequence) result is the bits of the AVX-512 set's gemm and matmul (the prompt
  * cache relies on it). Two C tiles alternate, so the next block's product runs while the
- * float steps of this one do.
+ * float steps of this one do. Calls of at most 8 sequences use 8-sequence panels (B 8 rows of
+ * 32 bytes, C 16 x 8): the stored C tile then holds two weight rows per 64 bytes, so each
+ * float step fills all 16 lanes of its register (the same lane operations, the same bits).
  *
  * Sequences go in chunks whose panels fit AMX_PANEL_BYTES (each weight row group is read
  * from memory once per chunk, then from cache for the chunk's other sequences); rows in
@@ -40,11 +42,9 @@
  * their rows being long enough streams for the hardware prefetcher. */
 #define AMX_PF_NEXT (64u << 10)
 
-/* One block of 16 sequences: tile B and the sequences' activation scales. */
-struct amx_blk {
-    int8_t b[8][64];
-    float dx[16];
-};
+/* A panel block of N sequences (N = 16, or 8 for calls of at most 8): tile B (8 rows of 4N
+ * bytes) then the sequences' N activation scales as floats. */
+#define AMX_BLK(N) (32 * (N) + 4 * (N))
 
 struct amx_cfg {
     uint8_t palette, start_row, reserved[14];
@@ -52,33 +52,34 @@ struct amx_cfg {
     uint8_t rows[16];
 };
 
-/* Tiles 0 and 1: C (16 x 16 int32); 2: A (16 weight rows x 32 codes); 3: B. */
-static void amx_config(void)
+/* Tiles 0 and 1: C (16 x N int32); 2: A (16 weight rows x 32 codes); 3: B (8 x 4N bytes). */
+static void amx_config(int N)
 {
     struct amx_cfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
     c.rows[0] = c.rows[1] = 16;
-    c.colsb[0] = c.colsb[1] = 64;
+    c.colsb[0] = c.colsb[1] = (uint16_t)(4 * N);
     c.rows[2] = 16;
     c.colsb[2] = 32;
     c.rows[3] = 8;
-    c.colsb[3] = 64;
+    c.colsb[3] = (uint16_t)(4 * N);
     _tile_loadconfig(&c);
 }
 
-/* Sequences [0, ns) (ns <= 16) of X into P[0..ng). */
-static void amx_panel(const struct kern_act *X, int s0, int ns, int ng, struct amx_blk *P)
+/* Sequences [0, ns) (ns <= N) of X into the ng blocks of P. */
+static void amx_panel(const struct kern_act *X, int s0, int ns, int ng, int N, char *P)
 {
-    memset(P, 0, sizeof *P * (size_t)ng);
+    memset(P, 0, (size_t)AMX_BLK(N) * (size_t)ng);
     for (int s = 0; s < ns; s++) {
         const struct quant_block_q8_0 *b =
             (const struct quant_block_q8_0 *)((const char *)X->data +
                                               (size_t)(s0 + s) * X->stride);
         for (int g = 0; g < ng; g++) {
+            char *pb = P + (size_t)g * AMX_BLK(N);
             for (int t = 0; t < 8; t++)
-                memcpy(&P[g].b[t][4 * s], b[g].qs + 4 * t, 4);
-            P[g].dx[s] = _cvtsh_ss(b[g].d);
+                memcpy(pb + 4 * N * t + 4 * s, b[g].qs + 4 * t, 4);
+            ((float *)(pb + 32 * N))[s] = _cvtsh_ss(b[g].d);
         }
     }
 }
@@ -86,29 +87,47 @@ static void amx_panel(const struct kern_act *X, int s0, int ns, int ng, struct a
 /* Block g's scales of the 16 rows from w0 (rb bytes apart) as floats: sc[m] row m's. Read
  * as the block is used, so the rows stream from memory once, under the tile loads and their
  * prefetches. */
-static AI void amx_scales(const char *w0, size_t rb, int g, float *sc)
+static AI __m512 amx_scales(const char *w0, size_t rb, int g, float *sc)
 {
     const __m512i idx = _mm512_mullo_epi32(
         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
         _mm512_set1_epi32((int)rb));
     __m512i h = _mm512_i32gather_epi32(idx, w0 + (size_t)g * sizeof(struct quant_block_q8_0), 1);
-    _mm512_store_ps(sc, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
+    __m512 v = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+    _mm512_store_ps(sc, v);
+    return v;
 }
 
-/* step() for the 16 rows of one stored C tile. */
-static AI void amx_step(__m512 acc[16], const int32_t (*c)[16], const float *sc, __m512 dx)
+/* step() for the 16 rows of one stored C tile (c: 16 rows of N int32, row m's scale sc[m]
+ * and lane m of scv; dx the block's N activation scales). At N = 8 a register holds two rows
+ * (rows 2p and 2p + 1 in acc[p]'s low and high halves), the lanes' operations those of N = 16. */
+static AI void amx_step(const int N, __m512 acc[16], const int32_t *c, const float *sc,
+                        __m512 scv, const float *dx)
 {
-    _Pragma("GCC unroll 16")
-    for (int m = 0; m < 16; m++)
-        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[m])),
-                                 _mm512_mul_ps(_mm512_set1_ps(sc[m]), dx), acc[m]);
+    if (N == 16) {
+        __m512 d = _mm512_load_ps(dx);
+        _Pragma("GCC unroll 16")
+        for (int m = 0; m < 16; m++)
+            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * m)),
+                                     _mm512_mul_ps(_mm512_set1_ps(sc[m]), d), acc[m]);
+    } else {
+        __m512 d = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(dx))));
+        _Pragma("GCC unroll 8")
+        for (int p = 0; p < 8; p++) {
+            __m512i pair = _mm512_set_epi32(2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1,
+                                            2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1,
+                                            2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p);
+            acc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * p)),
+                                     _mm512_mul_ps(_mm512_permutexvar_ps(pair, scv), d), acc[p]);
+        }
+    }
 }
 
 #define AMX_DP(C, g)                                                                           \
     do {                                                                                       \
         _tile_zero(C);                                                                         \
         _tile_loadd(2, w0 + (size_t)(g) * sizeof(struct quant_block_q8_0) + 2, (long)rb);     \
-        _tile_loadd(3, P[g].b, 64);                                                            \
+        _tile_loadd(3, P + (size_t)(g) * AMX_BLK(N), 4 * N);                                   \
         _tile_dpbssd(C, 2, 3);                                                              \
     } while (0)
 
@@ -132,85 +151,95 @@ static AI void amx_pf(const char *w0, const char *nx, size_t rb, int ng, int g)
         _mm_prefetch(nx + l, _MM_HINT_T1);
 }
 
-/* 16 rows from w0 against one 16-sequence panel over ng blocks: out[m * 16 + s]. Block g's
+/* 16 rows from w0 against one N-sequence panel over ng blocks: out[m * N + s]. Block g's
  * product runs in tile g % 2; the float steps of block g - 1 run while it does, from the
  * buffer its tile was stored to one block before (loads right after a tile store wait for
  * the store to complete). */
-static void amx_rows16(const char *w0, size_t rb, int ng, const struct amx_blk *P, int pf,
-                       const char *nx, float *out)
+static AI void amx_rows16(const int N, const char *w0, size_t rb, int ng, const char *P,
+                          int pf, const char *nx, float *out)
 {
-    int32_t cb[2][16][16] __attribute__((aligned(64)));
+    int32_t cb[2][16 * 16] __attribute__((aligned(64)));
     float sc[16] __attribute__((aligned(64)));
-    __m512 acc[16];
-    _Pragma("GCC unroll 16")
-    for (int m = 0; m < 16; m++)
+    __m512 acc[16], scv;
+    const int na = N == 16 ? 16 : 8;
+    for (int m = 0; m < na; m++)
         acc[m] = _mm512_setzero_ps();
+#define AMX_DX(g) ((const float *)(P + (size_t)(g) * AMX_BLK(N) + 32 * N))
     AMX_DP(0, 0);
     for (int g = 0; g < ng; g += 2) {
         if (pf)
             amx_pf(w0, nx, rb, ng, g);
-        _tile_stored(0, cb[0], 64);
+        _tile_stored(0, cb[0], 4 * N);
         if (g + 1 < ng)
             AMX_DP(1, g + 1);
         if (g > 0) {
-            amx_scales(w0, rb, g - 1, sc);
-            amx_step(acc, (const int32_t(*)[16])cb[1], sc, _mm512_load_ps(P[g - 1].dx));
+            scv = amx_scales(w0, rb, g - 1, sc);
+            amx_step(N, acc, cb[1], sc, scv, AMX_DX(g - 1));
         }
         if (g + 1 >= ng)
             break;
         if (pf)
             amx_pf(w0, nx, rb, ng, g + 1);
-        _tile_stored(1, cb[1], 64);
+        _tile_stored(1, cb[1], 4 * N);
         if (g + 2 < ng)
             AMX_DP(0, g + 2);
-        amx_scales(w0, rb, g, sc);
-        amx_step(acc, (const int32_t(*)[16])cb[0], sc, _mm512_load_ps(P[g].dx));
+        scv = amx_scales(w0, rb, g, sc);
+        amx_step(N, acc, cb[0], sc, scv, AMX_DX(g));
     }
     /* the last block's steps */
-    amx_scales(w0, rb, ng - 1, sc);
-    amx_step(acc, (const int32_t(*)[16])cb[(ng - 1) % 2], sc, _mm512_load_ps(P[ng - 1].dx));
-    _Pragma("GCC unroll 16")
-    for (int m = 0; m < 16; m++)
+    scv = amx_scales(w0, rb, ng - 1, sc);
+    amx_step(N, acc, cb[(ng - 1) % 2], sc, scv, AMX_DX(ng - 1));
+#undef AMX_DX
+    for (int m = 0; m < na; m++)
         _mm512_store_ps(out + 16 * m, acc[m]);
+}
+
+/* kern_gemm_amx with N-sequence panels. */
+static AI void amx_gemm_n(const int N, const struct kern_mat *W, const struct kern_act *X,
+                          int n_seq, float *Y, int y_stride, int row_begin, int r_end)
+{
+    static _Thread_local char pan[AMX_PANEL_BYTES] __attribute__((aligned(64)));
+    const int ng = W->cols / QUANT_QK;
+    const size_t rb = W->row_bytes, pb = (size_t)AMX_BLK(N) * (size_t)ng;
+    int subs = (int)(sizeof pan / pb);
+    if (subs > AMX_MAXSUB)
+        subs = AMX_MAXSUB;
+    float out[16 * 16] __attribute__((aligned(64)));
+
+    amx_config(N);
+    for (int s0 = 0; s0 < n_seq; s0 += N * subs) {
+        int nsub = (n_seq - s0 + N - 1) / N < subs ? (n_seq - s0 + N - 1) / N : subs;
+        for (int j = 0; j < nsub; j++) {
+            int a = s0 + N * j;
+            amx_panel(X, a, n_seq - a < N ? n_seq - a : N, ng, N, pan + (size_t)j * pb);
+        }
+        for (int r = row_begin; r < r_end; r += 16) {
+            const char *w0 = (const char *)W->data + (size_t)r * rb;
+            for (int j = 0; j < nsub; j++) {
+                int a = s0 + N * j, ns = n_seq - a < N ? n_seq - a : N;
+                amx_rows16(N, w0, rb, ng, pan + (size_t)j * pb, j == 0,
+                           r + 32 <= W->rows && 16 * rb <= AMX_PF_NEXT ? w0 + 16 * rb : NULL,
+                           out);
+                for (int s = 0; s < ns; s++)
+                    for (int m = 0; m < 16; m++)
+                        Y[(size_t)(a + s) * y_stride + r + m] = out[N * m + s];
+            }
+        }
+    }
+    _tile_release();
 }
 
 int kern_gemm_amx(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
                   int y_stride, int row_begin, int row_end)
 {
-    static _Thread_local struct amx_blk pan[AMX_PANEL_BYTES / sizeof(struct amx_blk)]
-        __attribute__((aligned(64)));
     if (W->type != GGML_TYPE_Q8_0 || n_seq < 1 || W->cols > AMX_MAXK || W->cols % QUANT_QK)
         return -1;
-    const int ng = W->cols / QUANT_QK;
-    const size_t rb = W->row_bytes;
-    int subs = (int)(sizeof pan / sizeof pan[0] / (size_t)ng);
-    if (subs > AMX_MAXSUB)
-        subs = AMX_MAXSUB;
     const int r_end = row_begin + (row_end - row_begin) / 16 * 16;
-    float out[16 * 16] __attribute__((aligned(64)));
-
     if (r_end > row_begin) {
-        amx_config();
-        for (int s0 = 0; s0 < n_seq; s0 += 16 * subs) {
-            int nsub = (n_seq - s0 + 15) / 16 < subs ? (n_seq - s0 + 15) / 16 : subs;
-            for (int j = 0; j < nsub; j++) {
-                int a = s0 + 16 * j;
-                amx_panel(X, a, n_seq - a < 16 ? n_seq - a : 16, ng, pan + (size_t)j * ng);
-            }
-            for (int r = row_begin; r < r_end; r += 16) {
-                const char *w0 = (const char *)W->data + (size_t)r * rb;
-                for (int j = 0; j < nsub; j++) {
-                    int a = s0 + 16 * j, ns = n_seq - a < 16 ? n_seq - a : 16;
-                    amx_rows16(w0, rb, ng, pan + (size_t)j * ng, j == 0,
-                               r + 32 <= W->rows && 16 * rb <= AMX_PF_NEXT ? w0 + 16 * rb
-                                                                          : NULL, out);
-                    for (int s = 0; s < ns; s++)
-                        for (int m = 0; m < 16; m++)
-                            Y[(size_t)(a + s) * y_stride + r + m] = out[16 * m + s];
-                }
-            }
-        }
-        _tile_release();
+        if (n_seq <= 8)
+            amx_gemm_n(8, W, X, n_seq, Y, y_stride, row_begin, r_end);
+        else
+            amx_gemm_n(16, W, X, n_seq, Y, y_stride, row_begin, r_end);
     }
     if (r_end < row_end)
         return kern_gemm_avx512(W, X, n_seq, Y, y_stride, r_end, row_end);
