@@ -37,9 +37,12 @@
 #define AMX_MAXSUB 16
 /* Blocks ahead each weight row is prefetched. */
 #define AMX_PF 8
-/* The most bytes of 16 rows for which the next 16 rows are prefetched into L2 as well: short
- * rows (2048 columns, 34 KiB per 16) gained by it, long ones (5632 columns, 94 KiB) lost,
- * their rows being long enough streams for the hardware prefetcher. */
+/* The most bytes of 16 rows for which the next 16 rows are prefetched into L2 as well, in
+ * chunks of one panel (decode steps): short rows (2048 columns, 34 KiB per 16) gained by it,
+ * long ones (5632 columns, 94 KiB) lost, their rows being long enough streams for the
+ * hardware prefetcher. Chunks of several panels (prompts) keep the in-row prefetch alone:
+ * there each group's reads are shared by all the panels, and the next-group prefetch was
+ * only measured on decode. */
 #define AMX_PF_NEXT (64u << 10)
 
 /* A panel block of N sequences (N = 16, or 8 for calls of at most 8): tile B (8 rows of 4N
@@ -218,7 +221,9 @@ static AI void amx_gemm_n(const int N, const struct kern_mat *W, const struct ke
             for (int j = 0; j < nsub; j++) {
                 int a = s0 + N * j, ns = n_seq - a < N ? n_seq - a : N;
                 amx_rows16(N, w0, rb, ng, pan + (size_t)j * pb, j == 0,
-                           r + 32 <= W->rows && 16 * rb <= AMX_PF_NEXT ? w0 + 16 * rb : NULL,
+                           nsub == 1 && r + 32 <= W->rows && 16 * rb <= AMX_PF_NEXT
+                               ? w0 + 16 * rb
+                               : NULL,
                            out);
                 for (int s = 0; s < ns; s++)
                     for (int m = 0; m < 16; m++)
