@@ -54,6 +54,8 @@ $(B)/obj/worker/gemm_avx512_cols.o: override CFLAGS += -mavx512f -mavx512bw -mav
                                    -mavx512vnni -mavx2 -mfma -mf16c
 $(B)/obj/worker/gemm_amx.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl \
                                    -mavx512vnni -mavx2 -mfma -mf16c -mamx-tile -mamx-int8
+$(B)/obj/worker/gemm_amx_k.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl \
+                                   -mavx512vnni -mavx2 -mfma -mf16c -mamx-tile -mamx-int8
 $(B)/obj/worker/gemm_avx512_colsk.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl \
                                    -mavx512vnni -mavx2 -mfma -mf16c
 $(B)/obj/worker/gemm_avx2.o: override CFLAGS += -mavx2 -mfma -mf16c

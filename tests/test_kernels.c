@@ -707,6 +707,85 @@ static void test_kernels_amx_gives_the_avx512_bits(void **state)
         }
 }
 
+/* Q4_K and Q6_K weights of random bytes (every code, scale and min, Q6_K scales -128 to 127)
+ * but finite f16 scales, so the tiles meet the whole range of the integers they form. */
+static void k_random_bytes(struct problem *p, unsigned seed)
+{
+    size_t rb = quant_row_bytes(p->t, p->cols), bb = p->t == GGML_TYPE_Q4_K
+                                                         ? sizeof(struct quant_block_q4_k)
+                                                         : sizeof(struct quant_block_q6_k);
+    uint8_t *w = p->w;
+    for (size_t i = 0; i < rb * (size_t)p->rows; i++) {
+        seed = seed * 1103515245u + 12345u;
+        w[i] = (uint8_t)(seed >> 16);
+    }
+    for (size_t o = 0; o < rb * (size_t)p->rows; o += bb) {
+        uint16_t d = quant_f32_to_f16(0.001f + 0.0001f * (float)(o / bb % 7));
+        uint16_t dm = quant_f32_to_f16(0.0005f);
+        if (p->t == GGML_TYPE_Q4_K) {
+            memcpy(w + o + offsetof(struct quant_block_q4_k, d), &d, sizeof d);
+            memcpy(w + o + offsetof(struct quant_block_q4_k, dmin), &dm, sizeof dm);
+        } else {
+            memcpy(w + o + offsetof(struct quant_block_q6_k, d), &d, sizeof d);
+        }
+    }
+}
+
+/* Q4_K and Q6_K on the amx set's tiles (kern_gemm_amx_k computes every whole group of 16
+ * rows; the set's gemm takes it from 64 sequences) give the avx512 set's bits, and so do the
+ * set's matmul and gemm: quantized rows and rows of random bytes (every scale and min), 1 to
+ * 64 superblocks (64: several sequence chunks of the panels), whole and partial row groups,
+ * a row range starting inside a group, 8 to 300 sequences. */
+static void test_kernels_amx_k_quant_tiles_give_the_avx512_bits(void **state)
+{
+    const struct kern_ops *k = kern_ops_get(KERN_SET_AMX), *ref = kern_ops_get(KERN_SET_AVX512);
+    static const enum ggml_type kt[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    static const int nbs[] = {1, 3, 64};
+    static const int seqs[] = {8, 9, 17, 64, 65, 300};
+    (void)state;
+    if (!k)
+        skip();
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t bi = 0; bi < 3; bi++)
+            for (int raw = 0; raw <= 1; raw++) {
+                int rows = 53, cols = 256 * nbs[bi];
+                struct problem p;
+                problem_init(&p, kt[ti], rows, cols, 300,
+                             29u + (unsigned)(ti * 6 + bi * 2) + (unsigned)raw);
+                if (raw)
+                    k_random_bytes(&p, 5u + (unsigned)bi);
+                for (size_t si = 0; si < sizeof seqs / sizeof seqs[0]; si++)
+                    for (int rb = 0; rb <= 7; rb += 7) {
+                        int ns = seqs[si];
+                        if (nbs[bi] == 64 && ns != 9 && ns != 300)
+                            continue;
+                        float *y[5] = {run(k, &p, ns, 0, rb, rows),
+                                       run_gemm(k, &p, ns, 0, rb, rows),
+                                       run(ref, &p, ns, 0, rb, rows),
+                                       run_gemm(ref, &p, ns, 0, rb, rows),
+                                       calloc((size_t)ns * (size_t)rows, sizeof(float))};
+                        assert_non_null(y[4]);
+                        int done = kern_gemm_amx_k(&p.W, &p.X, ns, y[4], rows, rb, rows);
+                        assert_int_equal(done, (rows - rb) / 16 * 16);
+                        for (int s = 0; s < ns; s++)
+                            for (int r = rb; r < rows; r++) {
+                                size_t i = (size_t)s * rows + r;
+                                if (memcmp(&y[0][i], &y[2][i], sizeof(float)) ||
+                                    memcmp(&y[1][i], &y[3][i], sizeof(float)) ||
+                                    (r < rb + done && memcmp(&y[4][i], &y[2][i], sizeof(float))))
+                                    fail_msg("%s%s cols %d n_seq %d rows from %d, r %d s %d: amx "
+                                             "%a/%a, tiles %a, avx512 %a/%a (matmul/gemm)",
+                                             quant_type_name(p.t), raw ? " (random bytes)" : "",
+                                             cols, ns, rb, r, s, (double)y[0][i], (double)y[1][i],
+                                             (double)y[4][i], (double)y[2][i], (double)y[3][i]);
+                            }
+                        for (int i = 0; i < 5; i++)
+                            free(y[i]);
+                    }
+                problem_free(&p);
+            }
+}
+
 static void near(float a, float b, double tol, const char *what, int n)
 {
     if (!(fabs((double)a - b) <= tol))
@@ -1040,6 +1119,7 @@ int main(void)
         cmocka_unit_test(test_kernels_amx_gemm_matches_scalar_and_batching_changes_nothing),
         cmocka_unit_test(test_kernels_amx_gemm_rows_equal_matmul_rows),
         cmocka_unit_test(test_kernels_amx_gives_the_avx512_bits),
+        cmocka_unit_test(test_kernels_amx_k_quant_tiles_give_the_avx512_bits),
         cmocka_unit_test(test_kernels_scalar_float_kernels_known_values),
         cmocka_unit_test(test_kernels_rope_rotates_pairs_by_position),
         cmocka_unit_test(test_kernels_rope_factors_slow_each_pair),

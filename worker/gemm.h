@@ -23,6 +23,11 @@ int kern_gemm_avx512_cols(const struct kern_mat *W, const struct kern_act *X, in
  * (the process holds the tile state). */
 int kern_gemm_amx(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
                   int y_stride, int row_begin, int row_end);
+/* Q4_K and Q6_K rows in groups of 16 on AMX-INT8 tiles (gemm_amx_k.c): the bits of the
+ * avx512 set's matmul for the rows [row_begin, row_begin + n) it returns n of (a multiple of
+ * 16; the caller runs the rest), or -1 (nothing done) for another type or shape. */
+int kern_gemm_amx_k(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
+                    int y_stride, int row_begin, int row_end);
 /* 1 to 16 sequences of Q4_K or Q6_K weights, lane = sequence (gemm_avx512_colsk.c): the bits
  * of the AVX-512 set's matmul, or -1 (nothing done) for another type or shape. */
 int kern_gemm_avx512_colsk(const struct kern_mat *W, const struct kern_act *X, int n_seq,
