@@ -309,12 +309,16 @@ static void check_batch_independent(enum kern_set set)
 /* Every count of 8 to 16 decode sequences (the lane-per-sequence kernels: one or two vectors
  * of 8 on AVX2, gemm_avx2_cols.c) gives each sequence the bits it gets alone and stays within
  * the tolerance of the scalar set, with a row count that leaves partial row groups, and rows
- * longer than those kernels take (beyond 16384 elements, the other path). */
+ * longer than those kernels take (beyond 16384 elements, the other path). The lane kernel,
+ * called itself, takes every listed type at the shorter rows (Q6_K from 9 sequences) and
+ * gives those bits too. */
 static void check_decode_counts(enum kern_set set)
 {
-    static const enum ggml_type ts[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_IQ4_NL,
-                                        GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    static const enum ggml_type ts[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0,
+                                        GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
     const struct kern_ops *k = kern_ops_get(set), *ref = kern_ops_get(KERN_SET_SCALAR);
+    int (*lane)(const struct kern_mat *, const struct kern_act *, int, float *, int, int, int) =
+        set == KERN_SET_AVX2 ? kern_gemm_avx2_cols : kern_gemm_avxvnni_cols;
     const int rows = 13;
     if (!k)
         skip();
@@ -341,6 +345,14 @@ static void check_decode_counts(enum kern_set set)
                         fail_msg("%s %s cols %d n_seq %d r %d s %d: %a, alone %a, scalar %a",
                                  k->name, quant_type_name(p.t), p.cols, n, i % rows, i / rows,
                                  (double)y[i], (double)alone[i], (double)yr[i]);
+                }
+                if (ci == 0 && (p.t != GGML_TYPE_Q6_K || n > 8)) {
+                    struct kern_act X = p.X;
+                    memset(y, 0, sizeof(float) * (size_t)n * rows);
+                    if (lane(&p.W, &X, n, y, rows, 0, rows) != 0)
+                        fail_msg("%s %s n_seq %d: the lane kernel did not take it", k->name,
+                                 quant_type_name(p.t), n);
+                    assert_memory_equal(y, alone, sizeof(float) * (size_t)n * rows);
                 }
                 free(y);
             }

@@ -39,7 +39,7 @@ int kern_gemm_avx2(const struct kern_mat *W, const struct kern_act *X, int n_seq
 /* gemm_avx2.c built with -mavxvnni (gemm_avxvnni.c): the same results. */
 int kern_gemm_avxvnni(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
                       int y_stride, int row_begin, int row_end);
-/* Up to 16 sequences of Q8_0, Q4_0, IQ4_NL, Q4_K or Q6_K weights on AVX2, lane = sequence
+/* Up to 16 sequences of Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K or Q6_K weights on AVX2, lane = sequence
  * (gemm_avx2_cols.c, and its -mavxvnni build gemm_avxvnni_cols.c): the bits of the set's
  * matmul and gemm, or -1 (nothing done) for another type or shape. */
 int kern_gemm_avx2_cols(const struct kern_mat *W, const struct kern_act *X, int n_seq,

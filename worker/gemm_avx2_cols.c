@@ -7,12 +7,14 @@
  * sequences up to 8, then up to 16.
  *
  * The integer dot: with AVX-VNNI (gemm_avxvnni_cols.c builds this file with -mavxvnni) one
- * vpdpbusd per vector, the codes made unsigned (Q8_0 and IQ4_NL xor 0x80, Q4_0's nibbles as
- * they are) and their zero point taken off as -zero * sum(activation bytes) per block, from
- * which each sum starts. Without it maddubs + madd: Q8_0 and IQ4_NL give maddubs |w| and move
- * w's sign onto the activations (each pair at most 2 * 128 * 127, which fits int16), Q4_0's
- * nibbles (<= 15) multiply the activations directly and a whole block of pairs is summed in
- * int16 (16 products of at most 15 * 128: 30720) before one madd.
+ * vpdpbusd per vector, the codes made unsigned (Q8_0 and IQ4_NL xor 0x80, Q4_0's nibbles and
+ * Q5_0's 5-bit codes as they are) and their zero point taken off as -zero * sum(activation
+ * bytes) per block, from which each sum starts. Without it maddubs + madd: Q8_0 and IQ4_NL
+ * give maddubs |w| and move w's sign onto the activations (each pair at most
+ * 2 * 128 * 127, which fits int16); Q4_0's nibbles (<= 15) multiply the activations directly
+ * and a whole block of pairs is summed in int16 (16 products of at most 15 * 128: 30720)
+ * before one madd, Q5_0's codes (<= 31, decoded once per row and block) half a block (8
+ * products of at most 31 * 128: 31744).
  *
  * Either way the block's integer sum is exact, and the float step per (row, sequence) is
  * kernels_avx2.c's matmul_b32 and gemm_avx2.c's tile: acc = fma(float(sum), dw * dx, acc)
@@ -30,6 +32,7 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "gemm_decode.h"
 #include "kernels_simd.h"
 
 #ifdef __AVXVNNI__
@@ -75,6 +78,16 @@ static AI int32_t ld32(const void *p)
     return v;
 }
 
+/* Dword p broadcast by a load (vpbroadcastd m32, no shuffle-port op): for the codes a row's
+ * block or superblock was decoded into on the stack, which the compiler would otherwise keep
+ * in registers and broadcast by shuffles. */
+static AI __m256i bcast_ld(const void *p)
+{
+    __m256i r;
+    __asm__("vpbroadcastd %1, %0" : "=x"(r) : "m"(*(const int32_t *)p));
+    return r;
+}
+
 #ifndef __AVXVNNI__
 /* ia[v] += the four-product sums of the signed codes q and x[v]: maddubs of |q| and x with
  * q's sign, then madd by ones. */
@@ -89,17 +102,20 @@ static AI void sgn_dot(__m256i q, const int V, const __m256i *x, __m256i *ia)
 #endif
 
 /* The block's sum of products of one row's broadcast codes and V vectors of sequences, on
- * top of ia. Q8_0: 8 dwords of codes (w + 4j); Q4_0 and IQ4_NL: 4 dwords of nibble pairs. */
+ * top of ia. w: Q8_0 8 dwords of codes; Q4_0 and IQ4_NL 4 dwords of nibble pairs; Q5_0 its
+ * 32 codes decoded to bytes 0..31 (8 dwords). */
 static AI void cols_dot(const enum ggml_type t, const int V, const char *w, const __m256i *x,
                         __m256i *ia)
 {
     const __m256i low4 = _mm256_set1_epi8(15);
 #ifdef __AVXVNNI__
     const __m256i flip = _mm256_set1_epi8((char)0x80);
-    if (t == GGML_TYPE_Q8_0) {
+    if (t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q5_0) {
         _Pragma("GCC unroll 8")
         for (int j = 0; j < 8; j++) {
-            __m256i c = _mm256_xor_si256(_mm256_set1_epi32(ld32(w + 4 * j)), flip);
+            __m256i c = t == GGML_TYPE_Q8_0
+                            ? _mm256_xor_si256(_mm256_set1_epi32(ld32(w + 4 * j)), flip)
+                            : bcast_ld(w + 4 * j);
             _Pragma("GCC unroll 2")
             for (int v = 0; v < V; v++)
                 ia[v] = _mm256_dpbusd_avx_epi32(ia[v], c, x[2 * j + v]);
@@ -142,6 +158,26 @@ static AI void cols_dot(const enum ggml_type t, const int V, const char *w, cons
             ia[v] = _mm256_add_epi32(ia[v], _mm256_madd_epi16(p[v], ones));
         return;
     }
+    if (t == GGML_TYPE_Q5_0) {
+        /* codes <= 31: four dwords' pairs (8 products of at most 31 * 128) per int16 sum */
+        _Pragma("GCC unroll 2")
+        for (int h = 0; h < 2; h++) {
+            __m256i p[2];
+            _Pragma("GCC unroll 4")
+            for (int j = 0; j < 4; j++) {
+                __m256i c = bcast_ld(w + 16 * h + 4 * j);
+                _Pragma("GCC unroll 2")
+                for (int v = 0; v < V; v++) {
+                    __m256i q = _mm256_maddubs_epi16(c, x[2 * (4 * h + j) + v]);
+                    p[v] = j ? _mm256_add_epi16(p[v], q) : q;
+                }
+            }
+            _Pragma("GCC unroll 2")
+            for (int v = 0; v < V; v++)
+                ia[v] = _mm256_add_epi32(ia[v], _mm256_madd_epi16(p[v], ones));
+        }
+        return;
+    }
     if (t == GGML_TYPE_Q8_0) {
         _Pragma("GCC unroll 8")
         for (int j = 0; j < 8; j++)
@@ -164,6 +200,7 @@ static AI void cols_rows(const enum ggml_type t, const int R, const int V, const
                          size_t rb, int ng, const struct cols_panel *P, float *out)
 {
     const size_t bb = t == GGML_TYPE_Q8_0 ? sizeof(struct quant_block_q8_0)
+                    : t == GGML_TYPE_Q5_0 ? sizeof(struct quant_block_q5_0)
                                           : sizeof(struct quant_block_q4_0);
     __m256 acc[COLS_R1 > COLS_R2 ? COLS_R1 : COLS_R2][2];
     _Pragma("GCC unroll 8")
@@ -183,9 +220,17 @@ static AI void cols_rows(const enum ggml_type t, const int R, const int V, const
             _Pragma("GCC unroll 2")
             for (int v = 0; v < V; v++)
                 ia[v] = _mm256_load_si256(&P->ic[g][v]);
-            cols_dot(t, V, wb + (size_t)r * rb + 2, x, ia);
+            const char *wr = wb + (size_t)r * rb, *c = wr + 2;
+            uint8_t q5[QUANT_QK] __attribute__((aligned(32)));
+            if (t == GGML_TYPE_Q5_0) {
+                const struct quant_block_q5_0 *b5 = (const struct quant_block_q5_0 *)wr;
+                _mm256_store_si256((__m256i *)q5,
+                                   _mm256_or_si256(nibbles(b5->qs), gemm_bits5(b5->qh)));
+                c = (const char *)q5;
+            }
+            cols_dot(t, V, c, x, ia);
             uint16_t h;
-            memcpy(&h, wb + (size_t)r * rb, sizeof h);
+            memcpy(&h, wr, sizeof h);
             __m256 sc = _mm256_set1_ps(_cvtsh_ss(h));
             /* matmul_b32's step: the same operations in the same order */
             _Pragma("GCC unroll 2")
@@ -403,6 +448,8 @@ static void cols_any(enum ggml_type t, int V, int R, const char *w0, size_t rb, 
         COLS_T(GGML_TYPE_Q8_0);
     else if (t == GGML_TYPE_Q4_0)
         COLS_T(GGML_TYPE_Q4_0);
+    else if (t == GGML_TYPE_Q5_0)
+        COLS_T(GGML_TYPE_Q5_0);
     else
         COLS_T(GGML_TYPE_IQ4_NL);
 }
@@ -454,7 +501,8 @@ int COLS_FN(const struct kern_mat *W, const struct kern_act *X, int n_seq, float
     static _Thread_local struct cols_panel P __attribute__((aligned(32)));
     const enum ggml_type t = W->type;
     const int kq = t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K;
-    if ((!kq && t != GGML_TYPE_Q8_0 && t != GGML_TYPE_Q4_0 && t != GGML_TYPE_IQ4_NL) ||
+    if ((!kq && t != GGML_TYPE_Q8_0 && t != GGML_TYPE_Q4_0 && t != GGML_TYPE_Q5_0 &&
+         t != GGML_TYPE_IQ4_NL) ||
         n_seq < 1 || n_seq > 16 || W->cols > COLS_MAXK || W->cols % (kq ? QUANT_QK_K : QUANT_QK))
         return -1;
     /* Q6_K's decode into codes costs as much as kernels_avx2.c's tiles save at one vector of
@@ -462,9 +510,9 @@ int COLS_FN(const struct kern_mat *W, const struct kern_act *X, int n_seq, float
     if (t == GGML_TYPE_Q6_K && n_seq <= 8)
         return -1;
 #ifdef __AVXVNNI__
-    const int zero = t == GGML_TYPE_Q4_0 ? 8 : 128;
+    const int zero = t == GGML_TYPE_Q4_0 ? 8 : t == GGML_TYPE_Q5_0 ? 16 : 128;
 #else
-    const int zero = t == GGML_TYPE_Q4_0 ? 8 : 0;
+    const int zero = t == GGML_TYPE_Q4_0 ? 8 : t == GGML_TYPE_Q5_0 ? 16 : 0;
 #endif
     const int ng = W->cols / (kq ? QUANT_QK_K : QUANT_QK), V = n_seq > 8 ? 2 : 1;
     if (kq)
