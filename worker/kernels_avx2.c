@@ -173,6 +173,10 @@ static AI void tile_q45_k(const char *w, const int five, const char *x, size_t x
         const struct quant_block_q4_k *b4 = (const struct quant_block_q4_k *)w + i;
         const struct quant_block_q5_k *b5 = (const struct quant_block_q5_k *)w + i;
         const uint8_t *qs = five ? b5->qs : b4->qs;
+        if (five)
+            prefetch_unit(b5 + ROW_PFK, sizeof *b5);
+        else
+            prefetch_unit(b4 + ROW_PFK, sizeof *b4);
         __m128i sc16, m16;
         q4_k_scales(five ? b5->scales : b4->scales, &sc16, &m16);
         __m256i sc2 = _mm256_broadcastsi128_si256(sc16), isum[4], msum[4];
@@ -221,6 +225,7 @@ static AI void tile_q6_k(const struct quant_block_q6_k *w, const char *x, size_t
     const __m256i low4 = _mm256_set1_epi8(15), hi2 = _mm256_set1_epi8(0x30);
     __m128 acc = _mm_setzero_ps();
     for (int i = 0; i < nb; i++) {
+        prefetch_unit(w + i + ROW_PFK, sizeof *w);
         /* vector v holds sub-blocks 2v (int16 lanes 0-7) and 2v+1 (lanes 8-15) */
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
         __m256i isum[4];

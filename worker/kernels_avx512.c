@@ -375,6 +375,7 @@ static AI void tile_q4_k(const char *w, const char *x, size_t xs, int nb, const 
         __m512i q[4], scv[4];
         __m256i mv, is[4], ms[4];
         const struct quant_block_q4_k *b = (const struct quant_block_q4_k *)w + i;
+        prefetch_unit(b + ROW_PFK, sizeof *b);
         q4_k_decode(b, q, scv, &mv);
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
@@ -442,6 +443,7 @@ static AI void tile_q6_k(const char *w, const char *x, size_t xs, int nb, const 
         __m512i q[4], scv[4];
         __m256i sc16, is[4];
         const struct quant_block_q6_k *b = (const struct quant_block_q6_k *)w + i;
+        prefetch_unit(b + ROW_PFK, sizeof *b);
         q6_k_decode(b, q, scv, &sc16);
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {

@@ -104,6 +104,20 @@ static AI __m256i dot_u8s8_scaled(__m256i acc, __m256i u, __m256i s, __m256i scv
 #endif
 }
 
+/* Superblocks ahead a K-type decode row (one row streamed start to end) prefetches its own
+ * stream: rows follow each other in memory, so near a row's end this reaches into the next. */
+#ifndef ROW_PFK
+#define ROW_PFK 16
+#endif
+
+/* Prefetch the n bytes of a unit at p (n > 0): a line every 64 bytes, so consecutive units
+ * cover every line of their stream. */
+static AI void prefetch_unit(const void *p, const size_t n)
+{
+    for (size_t o = 0; o < n; o += 64)
+        _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
 /* ---- kernels_avx2*.c's decode rows: integer lanes summed exactly, then one float step for up
  * to four sequences (lane k = sequence k); not in the AVX-512 files, which have their own ---- */
 #ifndef __AVX512F__
