@@ -334,6 +334,8 @@ static AI __m256i fold16(__m512i v)
 /* Lane k: the sum of v[k]'s eight int32 lanes, for k < S (the others repeat v[0]). */
 static AI __m128i hsum8_s(const __m256i *v, const int S)
 {
+    if (S == 1)
+        return hsum8_all(v[0]);
     __m256i a = v[0], b = S > 1 ? v[1] : v[0], c = S > 2 ? v[2] : v[0], d = S > 3 ? v[3] : v[0];
     __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
     return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));

@@ -118,6 +118,14 @@ static AI void prefetch_unit(const void *p, const size_t n)
         _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
 
+/* The sum of v's eight int32 lanes in every lane (exact): two adds of halves, no vphaddd. */
+static AI __m128i hsum8_all(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+}
+
 /* ---- kernels_avx2*.c's decode rows: integer lanes summed exactly, then one float step for up
  * to four sequences (lane k = sequence k); not in the AVX-512 files, which have their own ---- */
 #ifndef __AVX512F__
@@ -132,6 +140,8 @@ static AI __m128i hsum4(__m256i v0, __m256i v1, __m256i v2, __m256i v3)
 /* S (<= 4) vectors' lane sums, lane k for vector k (the others repeat vector 0). */
 static AI __m128i hsum_s(const __m256i *v, const int S)
 {
+    if (S == 1)
+        return hsum8_all(v[0]);
     return hsum4(v[0], S > 1 ? v[1] : v[0], S > 2 ? v[2] : v[0], S > 3 ? v[3] : v[0]);
 }
 
