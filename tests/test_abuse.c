@@ -339,17 +339,6 @@ static void test_abuse_fd_limit_pauses_the_listener(void **state)
             close(fds[i]);
 }
 
-struct output_has {
-    struct kiln_proc *p;
-    const char *needle;
-};
-
-static bool output_has_cond(void *arg)
-{
-    struct output_has *o = arg;
-    return kiln_output_contains(o->p, o->needle);
-}
-
 /* Finding 5: a worker crash tells the client a short, stable cause with an error id (no
  * stderr lines, no PID, no timestamps); the log has the id with the details. /health without
  * the key says only its status; with the metrics key it has the details. */
@@ -383,8 +372,7 @@ static void test_abuse_errors_are_short_and_health_needs_the_key(void **state)
     assert_true(strlen(msg) < 120);
     json_decref(j);
     http_response_free(&r);
-    struct output_has has = {p, eid};
-    assert_true(wait_until(output_has_cond, &has, 5000)); /* the log has the id */
+    assert_true(kiln_wait_output(p, eid, 5000)); /* the log has the id */
 
     /* without the key: the status alone */
     assert_true(wait_until(health_ok_cond, &port, 5000));

@@ -124,8 +124,8 @@ static void test_api_template_unparsable_file_falls_back_with_a_warning(void **s
     assert_string_equal(json_string_value(json_object_get(j, "prompt")),
                         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
     json_decref(j);
-    assert_true(kiln_output_contains(k, "frobnicate"));
-    assert_true(kiln_output_contains(k, "'chatml' family"));
+    assert_true(kiln_wait_output(k, "frobnicate", 10000));
+    assert_true(kiln_wait_output(k, "'chatml' family", 10000));
     assert_int_equal(kiln_stop(k), 0);
     kiln_destroy(k);
 }

@@ -173,7 +173,7 @@ static void test_dispatch_dead_worker_fails_its_request_and_restarts(void **stat
                                 NULL),
                      200);
     json_decref(j);
-    assert_true(kiln_output_contains(*state, "killed by signal"));
+    assert_true(kiln_wait_output(*state, "killed by signal", 10000));
 }
 
 int main(void)

@@ -541,7 +541,7 @@ static void test_kiln_serves_an_hf_model(void **state)
     struct kiln_proc *k = kiln_start(args);
     assert_non_null(k);
     assert_true(wait_until(worker_ready, k, 30000));
-    assert_true(kiln_output_contains(k, "(cached)"));
+    assert_true(kiln_wait_output(k, "(cached)", 10000));
     struct http_response resp;
     const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"temperature\":0}";
     assert_int_equal(http_request(kiln_port(k), "POST", "/v1/completions", NULL, body, &resp),

@@ -141,7 +141,7 @@ static void test_lifecycle_sigterm_drains_a_running_stream_and_exits_0(void **st
     assert_true(st >= 0);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
-    assert_true(kiln_output_contains(p, "draining"));
+    assert_true(kiln_wait_output(p, "draining", 10000));
 }
 
 static void test_lifecycle_drain_timeout_cancels_with_an_error_event(void **state)

@@ -105,21 +105,9 @@ static void test_request_id_on_a_stream(void **state)
     http_stream_close(s);
 }
 
-struct seen {
-    struct kiln_proc *p;
-    const char *text;
-};
-
-static bool output_has(void *arg)
-{
-    struct seen *s = arg;
-    return kiln_output_contains(s->p, s->text);
-}
-
 static void expect_output(struct kiln_proc *p, const char *text)
 {
-    struct seen s = {p, text};
-    if (!wait_until(output_has, &s, 10000))
+    if (!kiln_wait_output(p, text, 10000))
         fail_msg("no '%s' in:\n%s", text, kiln_output(p));
 }
 

@@ -413,7 +413,7 @@ static void expect_failed_reload(struct kiln_proc *p, const char *path, struct n
     assert_true(notify_read(ns, "READY=1", 10000, msg, sizeof(msg)));
     if (!strstr(msg, "reload failed"))
         fail_msg("READY=1 came before the reload was over: %s", msg);
-    assert_true(kiln_output_contains(p, path));
+    assert_true(kiln_wait_output(p, path, 10000));
 }
 
 static void test_roll_broken_model_keeps_the_old_workers_serving(void **state)
@@ -630,8 +630,8 @@ static void test_roll_watchdog_change_is_applied_by_the_roll(void **state)
                         "{\"prompt\": \"[[kiln:hang]]\", \"max_tokens\": 8}", &j, NULL);
     json_decref(j);
     assert_int_equal(st, 500);
-    assert_true(kiln_output_contains(p, "made no progress"));
-    assert_true(kiln_output_contains(p, "reload: watchdog-ms 0 -> 500"));
+    assert_true(kiln_wait_output(p, "made no progress", 10000));
+    assert_true(kiln_wait_output(p, "reload: watchdog-ms 0 -> 500", 10000));
     assert_int_equal(front_stop(p), 0);
     unlink(conf);
 }
@@ -702,7 +702,7 @@ static void test_roll_at_64_workers_replaces_them_in_place(void **state)
     for (int i = 0; i < 64; i++)
         for (int k = 0; k < 64; k++)
             assert_int_not_equal(before[i], after[k]);
-    assert_true(kiln_output_contains(p, "replaced in place"));
+    assert_true(kiln_wait_output(p, "replaced in place", 10000));
     assert_int_equal(front_stop(p), 0);
     unlink(conf);
 }
@@ -760,7 +760,7 @@ static void test_roll_ctx_change_is_rolled_onto_the_workers(void **state)
     j = NULL;
     assert_int_equal(front_call(port, "POST", "/v1/completions", body, &j, NULL), 400);
     json_decref(j);
-    assert_true(kiln_output_contains(p, "reload: ctx 4096 -> 2048"));
+    assert_true(kiln_wait_output(p, "reload: ctx 4096 -> 2048", 10000));
     assert_int_equal(front_stop(p), 0);
     unlink(conf);
 }

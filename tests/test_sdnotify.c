@@ -211,17 +211,14 @@ static void test_sdnotify_sighup_rereads_the_config_file(void **state)
     assert_non_null(p);
     write_file(path, "model = mock\nlog-level = debug\nrequest-timeout-ms = 60000\n");
     assert_int_equal(kiln_kill(p, SIGHUP), 0);
-    struct kiln_proc *pp = p;
-    for (int i = 0; i < 200 && !kiln_output_contains(pp, "request-timeout-ms 0 -> 60000"); i++)
-        usleep(20000); /* bounded: 4 s */
-    assert_true(kiln_output_contains(p, "reload: log-level info -> debug"));
-    assert_true(kiln_output_contains(p, "reload: request-timeout-ms 0 -> 60000"));
+    assert_true(kiln_wait_output(p, "request-timeout-ms 0 -> 60000", 10000));
+    assert_true(kiln_wait_output(p, "reload: log-level info -> debug", 10000));
+    assert_true(kiln_wait_output(p, "reload: request-timeout-ms 0 -> 60000", 10000));
     /* a broken file leaves everything as it was, said in the log */
     write_file(path, "model = mock\nbogus = 1\n");
     assert_int_equal(kiln_kill(p, SIGHUP), 0);
-    for (int i = 0; i < 200 && !kiln_output_contains(pp, "unknown key 'bogus'"); i++)
-        usleep(20000);
-    assert_true(kiln_output_contains(p, "nothing changed"));
+    assert_true(kiln_wait_output(p, "unknown key 'bogus'", 10000));
+    assert_true(kiln_wait_output(p, "nothing changed", 10000));
     json_t *h = front_health(kiln_port(p));
     assert_non_null(h);
     json_decref(h);

@@ -331,6 +331,23 @@ bool kiln_output_contains(struct kiln_proc *p, const char *needle)
     return found;
 }
 
+struct output_wait {
+    struct kiln_proc *p;
+    const char *needle;
+};
+
+static bool output_has(void *arg)
+{
+    struct output_wait *w = arg;
+    return kiln_output_contains(w->p, w->needle);
+}
+
+bool kiln_wait_output(struct kiln_proc *p, const char *needle, int timeout_ms)
+{
+    struct output_wait w = {p, needle};
+    return wait_until(output_has, &w, timeout_ms);
+}
+
 bool wait_until(bool (*cond)(void *), void *arg, int timeout_ms)
 {
     long long deadline = ms_now() + timeout_ms;

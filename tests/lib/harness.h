@@ -52,6 +52,11 @@ const char *kiln_output(struct kiln_proc *p);
 /* Whether the output so far contains needle. */
 bool kiln_output_contains(struct kiln_proc *p, const char *needle);
 
+/* Whether the output contains needle within timeout_ms. What the server logged before it
+ * answered a request may not have been read off its pipe yet when the answer arrives, so a
+ * test that expects a line waits for it (bounded) rather than looking once. */
+bool kiln_wait_output(struct kiln_proc *p, const char *needle, int timeout_ms);
+
 /* Poll cond(arg) every few milliseconds until it is true or timeout_ms passes (checking once
  * more at the deadline). Returns its last value. For conditions another process makes true;
  * each wait is bounded. */
