@@ -32,6 +32,7 @@
 
 #include "gemm.h"
 #include "kernels_simd.h"
+#include "q6_k_codes.h"
 
 /* Panel bytes per sequence chunk (16-sequence panels of the whole K, as many as fit, at
  * least one, at most AMXK_MAXSUB). */
@@ -167,7 +168,6 @@ static AI void pack16(__m256i v, int8_t *out)
 /* Superblock i of 16 Q6_K rows from w0 (rb bytes apart) into o. */
 static void unpack_q6_k(const char *w0, size_t rb, int i, int pf, struct amxk_w *o)
 {
-    const __m256i low4 = _mm256_set1_epi8(15), hi2 = _mm256_set1_epi8(0x30);
     const __m256i seven = _mm256_set1_epi16(7);
     /* 128-bit lane l (sub-block 4c + l): byte l */
     const __m512i sel = _mm512_set_epi64(0x0303030303030303LL, 0x0303030303030303LL,
@@ -187,19 +187,10 @@ static void unpack_q6_k(const char *w0, size_t rb, int i, int pf, struct amxk_w 
         pack16(q2, e[2]);
         __m512i q[4];
         for (int h = 0; h < 2; h++) {
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
-            __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-            __m256i p0 = _mm256_or_si256(_mm256_and_si256(l0, low4),
-                                         _mm256_and_si256(_mm256_slli_epi16(qh, 4), hi2));
-            __m256i p1 = _mm256_or_si256(_mm256_and_si256(l1, low4),
-                                         _mm256_and_si256(_mm256_slli_epi16(qh, 2), hi2));
-            __m256i p2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                                         _mm256_and_si256(qh, hi2));
-            __m256i p3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                         _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2));
-            q[2 * h] = _mm512_sub_epi8(join(p0, p1), _mm512_set1_epi8(32));
-            q[2 * h + 1] = _mm512_sub_epi8(join(p2, p3), _mm512_set1_epi8(32));
+            __m256i p[4];
+            q6_k_half_codes(b, h, p);
+            q[2 * h] = _mm512_sub_epi8(join(p[0], p[1]), _mm512_set1_epi8(32));
+            q[2 * h + 1] = _mm512_sub_epi8(join(p[2], p[3]), _mm512_set1_epi8(32));
         }
         for (int p = 0; p < 3; p++)
             for (int c = 0; c < 4; c++) {

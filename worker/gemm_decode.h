@@ -21,6 +21,7 @@
 
 #include "gguf.h"
 #include "quant.h"
+#include "q6_k_codes.h"
 
 /* Elements per K chunk of the GEMM (a multiple of 256) and the most sub-blocks in one. */
 #define GEMM_KC 1024
@@ -223,26 +224,16 @@ static inline void gemm_decode_row(enum ggml_type t, const void *w, int g0, int 
         return;
     }
     case GGML_TYPE_Q6_K: {
-        const __m256i hi2 = _mm256_set1_epi8(0x30);
         for (int i = 0; i < ng / 16; i++) {
             const struct quant_block_q6_k *b = (const struct quant_block_q6_k *)w + g0 / 16 + i;
             uint8_t *c = codes + 256 * i;
             for (int h = 0; h < 2; h++) {
-                __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
-                __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
-                __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-                __m256i p0 = _mm256_or_si256(_mm256_and_si256(l0, low4),
-                                             _mm256_and_si256(_mm256_slli_epi16(qh, 4), hi2));
-                __m256i p1 = _mm256_or_si256(_mm256_and_si256(l1, low4),
-                                             _mm256_and_si256(_mm256_slli_epi16(qh, 2), hi2));
-                __m256i p2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                                             _mm256_and_si256(qh, hi2));
-                __m256i p3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                             _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2));
-                _mm256_storeu_si256((__m256i *)(c + 128 * h), p0);
-                _mm256_storeu_si256((__m256i *)(c + 128 * h + 32), p1);
-                _mm256_storeu_si256((__m256i *)(c + 128 * h + 64), p2);
-                _mm256_storeu_si256((__m256i *)(c + 128 * h + 96), p3);
+                __m256i p[4];
+                q6_k_half_codes(b, h, p);
+                _mm256_storeu_si256((__m256i *)(c + 128 * h), p[0]);
+                _mm256_storeu_si256((__m256i *)(c + 128 * h + 32), p[1]);
+                _mm256_storeu_si256((__m256i *)(c + 128 * h + 64), p[2]);
+                _mm256_storeu_si256((__m256i *)(c + 128 * h + 96), p[3]);
             }
             float d = _cvtsh_ss(b->d);
             for (int k = 0; k < 16; k++) {

@@ -14,6 +14,7 @@
 #include "gemm.h"
 #include "kernels_simd.h"
 #include "quant.h"
+#include "q6_k_codes.h"
 
 static AI float hsum16(__m512 v)
 {
@@ -410,22 +411,12 @@ static AI void tile_q4_k(const char *w, const char *x, size_t xs, int nb, const 
 static AI void q6_k_decode(const struct quant_block_q6_k *b, __m512i q[4], __m512i scv[4],
                            __m256i *sc16)
 {
-    const __m256i low4 = _mm256_set1_epi8(15), hi2 = _mm256_set1_epi8(0x30);
     _Pragma("GCC unroll 2")
     for (int h = 0; h < 2; h++) {
-        __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
-        __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
-        __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-        __m256i p0 = _mm256_or_si256(_mm256_and_si256(l0, low4),
-                                     _mm256_and_si256(_mm256_slli_epi16(qh, 4), hi2));
-        __m256i p1 = _mm256_or_si256(_mm256_and_si256(l1, low4),
-                                     _mm256_and_si256(_mm256_slli_epi16(qh, 2), hi2));
-        __m256i p2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                                     _mm256_and_si256(qh, hi2));
-        __m256i p3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                     _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2));
-        q[2 * h] = join(p0, p1);
-        q[2 * h + 1] = join(p2, p3);
+        __m256i p[4];
+        q6_k_half_codes(b, h, p);
+        q[2 * h] = join(p[0], p[1]);
+        q[2 * h + 1] = join(p[2], p[3]);
     }
     *sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
     /* each scale's int16 bits zero-extended: the high int16 of each lane is 0 */
