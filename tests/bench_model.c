@@ -317,13 +317,19 @@ static void bench_pair(const char *path, int threads, double bw, double bwc,
     }
     if (!have)
         return;
-    printf("  kiln %s / llama.cpp %s (best of %d alternating rounds): prompt %d tokens %.2fx, "
-           "decode batch 1 %.2fx, batch 8 %.2fx, batch 16 %.2fx; by CPU time: prompt %.2fx, "
-           "decode batch 1 %.2fx, batch 8 %.2fx, batch 16 %.2fx\n", kern_ops_select()->name,
-           cpu, rounds, plen,
-           ratio(kb.prompt, lb.prompt), ratio(kb.d1, lb.d1), ratio(kb.d8, lb.d8),
-           ratio(kb.d16, lb.d16), ratio(lb.pcpu, kb.pcpu), ratio(lb.dcpu, kb.dcpu),
-           ratio(lb.c8, kb.c8), ratio(lb.c16, kb.c16));
+    char c[8][16];
+    const double rs[8] = {ratio(kb.prompt, lb.prompt), ratio(kb.d1, lb.d1), ratio(kb.d8, lb.d8),
+                          ratio(kb.d16, lb.d16), ratio(lb.pcpu, kb.pcpu), ratio(lb.dcpu, kb.dcpu),
+                          ratio(lb.c8, kb.c8), ratio(lb.c16, kb.c16)};
+    for (int i = 0; i < 8; i++)     /* a cell not measured on both sides prints "-" */
+        if (rs[i] > 0.0)
+            snprintf(c[i], sizeof(c[i]), "%.2fx", rs[i]);
+        else
+            snprintf(c[i], sizeof(c[i]), "-");
+    printf("  kiln %s / llama.cpp %s (best of %d alternating rounds): prompt %d tokens %s, "
+           "decode batch 1 %s, batch 8 %s, batch 16 %s; by CPU time: prompt %s, "
+           "decode batch 1 %s, batch 8 %s, batch 16 %s\n", kern_ops_select()->name,
+           cpu, rounds, plen, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]);
 }
 
 int main(void)
