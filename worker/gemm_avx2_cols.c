@@ -260,10 +260,8 @@ static AI void k_decode(const enum ggml_type t, const char *w, uint8_t *q, int16
         __m128i sc16, m16;
         q4_k_scales(b->scales, &sc16, &m16);
         _mm_storeu_si128((__m128i *)sc, sc16);
-        int16_t m[8];
-        _mm_storeu_si128((__m128i *)m, m16);
-        for (int i = 0; i < 4; i++)
-            mp[i] = (int32_t)((uint32_t)(uint16_t)m[2 * i] | (uint32_t)(uint16_t)m[2 * i + 1] << 16);
+        /* the int16 mins in order are the little-endian pairs (m_2i, m_2i+1) */
+        _mm_storeu_si128((__m128i *)mp, m16);
         _Pragma("GCC unroll 4")
         for (int c = 0; c < 4; c++) {
             __m256i raw = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
@@ -277,9 +275,9 @@ static AI void k_decode(const enum ggml_type t, const char *w, uint8_t *q, int16
     }
     const struct quant_block_q6_k *b = (const struct quant_block_q6_k *)w;
     const __m256i hi2 = _mm256_set1_epi8(0x30);
-    _mm256_storeu_si256((__m256i *)sc, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales)));
-    for (int i = 0; i < 8; i++)
-        mp[i] = (int32_t)((uint32_t)(uint16_t)sc[2 * i] | (uint32_t)(uint16_t)sc[2 * i + 1] << 16);
+    __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+    _mm256_storeu_si256((__m256i *)sc, sc16);
+    _mm256_storeu_si256((__m256i *)mp, sc16);
     _Pragma("GCC unroll 2")
     for (int h = 0; h < 2; h++) {
         __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
