@@ -340,6 +340,11 @@ static AI void k_sub(const enum ggml_type t, const int V, const uint8_t *q, cons
             for (int v = 0; v < V; v++) {
                 __m256i m = _mm256_maddubs_epi16(w, x[2 * (n * c + k) + v]);
                 p[v] = k ? _mm256_add_epi16(p[v], m) : m;
+                /* Q4_K: keep the sum of 8 a chain; GCC otherwise issues all the sub-block's
+                 * maddubs first and adds them as a tree, which needs more than 16 registers
+                 * and spills in the loop (objdump) */
+                if (t == GGML_TYPE_Q4_K)
+                    __asm__("" : "+x"(p[v]));
             }
         }
         _Pragma("GCC unroll 2")
