@@ -70,19 +70,75 @@ static void amx_config(int N)
     _tile_loadconfig(&c);
 }
 
-/* Sequences [0, ns) (ns <= N) of X into the ng blocks of P. */
+/* Sequences [0, ns) (ns <= N) of X into the ng blocks of P, zeros for [ns, N). Each block is
+ * a transpose of the sequences' 8 dwords of codes: row s's dwords into lane s of rows 0..7,
+ * with masked loads (nothing read past sequence ns) and unpacks in registers; the scales by a
+ * gather of the sequences' f16 words. */
 static void amx_panel(const struct kern_act *X, int s0, int ns, int ng, int N, char *P)
 {
-    memset(P, 0, (size_t)AMX_BLK(N) * (size_t)ng);
-    for (int s = 0; s < ns; s++) {
-        const struct quant_block_q8_0 *b =
-            (const struct quant_block_q8_0 *)((const char *)X->data +
-                                              (size_t)(s0 + s) * X->stride);
-        for (int g = 0; g < ng; g++) {
-            char *pb = P + (size_t)g * AMX_BLK(N);
-            for (int t = 0; t < 8; t++)
-                memcpy(pb + 4 * N * t + 4 * s, b[g].qs + 4 * t, 4);
-            ((float *)(pb + 32 * N))[s] = _cvtsh_ss(b[g].d);
+    const char *x0 = (const char *)X->data + (size_t)s0 * X->stride;
+    const __m512i sidx = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((int)X->stride));
+    const __mmask16 live = (__mmask16)((1u << ns) - 1);
+    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    for (int g = 0; g < ng; g++) {
+        char *pb = P + (size_t)g * AMX_BLK(N);
+        const char *q = x0 + (size_t)g * sizeof(struct quant_block_q8_0);
+        __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, sidx, q, 1);
+        __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+        q += 2;
+        if (N == 16) {
+            /* z[s]: sequence s's dwords in the low half, s + 8's in the high half */
+            __m512i z[8], a[8], b[8];
+            for (int s = 0; s < 8; s++)
+                z[s] = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_maskz_loadu_epi32(
+                        (__mmask8)(s < ns ? 0xff : 0), q + (size_t)(s < ns ? s : 0) * X->stride)),
+                    _mm256_maskz_loadu_epi32((__mmask8)(s + 8 < ns ? 0xff : 0),
+                                             q + (size_t)(s + 8 < ns ? s + 8 : 0) * X->stride),
+                    1);
+            for (int s = 0; s < 8; s += 2) {
+                a[s] = _mm512_unpacklo_epi32(z[s], z[s + 1]);
+                a[s + 1] = _mm512_unpackhi_epi32(z[s], z[s + 1]);
+            }
+            /* b[j] (j < 4): dwords j and j + 4 of sequences 0-3 and 8-11; b[4 + j]: of 4-7
+             * and 12-15 */
+            for (int k = 0; k < 8; k += 4) {
+                b[k] = _mm512_unpacklo_epi64(a[k], a[k + 2]);
+                b[k + 1] = _mm512_unpackhi_epi64(a[k], a[k + 2]);
+                b[k + 2] = _mm512_unpacklo_epi64(a[k + 1], a[k + 3]);
+                b[k + 3] = _mm512_unpackhi_epi64(a[k + 1], a[k + 3]);
+            }
+            for (int j = 0; j < 4; j++) {
+                _mm512_store_si512(pb + 64 * j, _mm512_permutex2var_epi64(b[j], lo, b[4 + j]));
+                _mm512_store_si512(pb + 64 * (j + 4),
+                                   _mm512_permutex2var_epi64(b[j], hi, b[4 + j]));
+            }
+            _mm512_storeu_ps(pb + 32 * N, d);
+        } else {
+            __m256i y[8], a[8], b[8];
+            for (int s = 0; s < 8; s++)
+                y[s] = _mm256_maskz_loadu_epi32((__mmask8)(s < ns ? 0xff : 0),
+                                                q + (size_t)(s < ns ? s : 0) * X->stride);
+            for (int s = 0; s < 8; s += 2) {
+                a[s] = _mm256_unpacklo_epi32(y[s], y[s + 1]);
+                a[s + 1] = _mm256_unpackhi_epi32(y[s], y[s + 1]);
+            }
+            for (int k = 0; k < 8; k += 4) {
+                b[k] = _mm256_unpacklo_epi64(a[k], a[k + 2]);
+                b[k + 1] = _mm256_unpackhi_epi64(a[k], a[k + 2]);
+                b[k + 2] = _mm256_unpacklo_epi64(a[k + 1], a[k + 3]);
+                b[k + 3] = _mm256_unpackhi_epi64(a[k + 1], a[k + 3]);
+            }
+            for (int j = 0; j < 4; j++) {
+                _mm256_store_si256((__m256i *)(pb + 32 * j),
+                                   _mm256_permute2x128_si256(b[j], b[4 + j], 0x20));
+                _mm256_store_si256((__m256i *)(pb + 32 * (j + 4)),
+                                   _mm256_permute2x128_si256(b[j], b[4 + j], 0x31));
+            }
+            _mm256_storeu_ps((float *)(pb + 32 * N), _mm512_castps512_ps256(d));
         }
     }
 }
