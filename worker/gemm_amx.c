@@ -67,6 +67,10 @@ static void amx_config(int N)
     c.colsb[2] = 32;
     c.rows[3] = 8;
     c.colsb[3] = (uint16_t)(4 * N);
+    /* GCC does not count LDTILECFG as reading c: where this function was not inlined it
+     * dropped the stores above (only the palette byte was left, and the first tile
+     * instruction faulted). The empty asm reads c. */
+    __asm__ volatile("" : : "m"(c));
     _tile_loadconfig(&c);
 }
 
