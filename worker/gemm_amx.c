@@ -214,12 +214,57 @@ static AI void amx_pf(const char *w0, const char *nx, size_t rb, int ng, int g)
         _mm_prefetch(nx + l, _MM_HINT_T1);
 }
 
-/* 16 rows from w0 against one N-sequence panel over ng blocks: out[m * N + s]. Block g's
+/* The 16 rows' results of sequences [0, ns) into y (sequence s's 16 floats at y + s * ys):
+ * the accumulators (lane = sequence; at N = 8 two rows per register) transposed in
+ * registers, one 64-byte store per sequence. */
+static AI void amx_store(const int N, __m512 acc[16], int ns, float *y, size_t ys)
+{
+    __m512 t[16], u[16];
+    const int na = N == 16 ? 16 : 8;
+    for (int i = 0; i < na; i += 2) {
+        t[i] = _mm512_unpacklo_ps(acc[i], acc[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(acc[i], acc[i + 1]);
+    }
+    /* u[4k + j], 128-bit lane L: element 4L + j of acc[4k..4k+3] */
+    for (int k = 0; k < na; k += 4) {
+        u[k] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
+        u[k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
+        u[k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
+        u[k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
+    }
+    if (N == 16) {
+        for (int j = 0; j < 4; j++) {
+            __m512 v01 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x44);
+            __m512 v23 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xee);
+            __m512 w01 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x44);
+            __m512 w23 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xee);
+            __m512 c[4] = {_mm512_shuffle_f32x4(v01, w01, 0x88), _mm512_shuffle_f32x4(v01, w01, 0xdd),
+                           _mm512_shuffle_f32x4(v23, w23, 0x88), _mm512_shuffle_f32x4(v23, w23, 0xdd)};
+            for (int q = 0; q < 4; q++)
+                if (4 * q + j < ns)
+                    _mm512_storeu_ps(y + (size_t)(4 * q + j) * ys, c[q]);
+        }
+    } else {
+        /* acc[p]: row 2p in lanes 0-7, row 2p + 1 in lanes 8-15; u[j] lane 0/1: rows 0, 2, 4,
+         * 6 of sequence j / 4 + j, lanes 2/3 rows 1, 3, 5, 7; u[4 + j] the next 8 rows */
+        const __m512i lo = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 16, 24, 17, 25, 18, 26, 19, 27);
+        const __m512i hi = _mm512_setr_epi32(4, 12, 5, 13, 6, 14, 7, 15, 20, 28, 21, 29, 22, 30, 23, 31);
+        for (int j = 0; j < 4; j++) {
+            if (j < ns)
+                _mm512_storeu_ps(y + (size_t)j * ys, _mm512_permutex2var_ps(u[j], lo, u[4 + j]));
+            if (4 + j < ns)
+                _mm512_storeu_ps(y + (size_t)(4 + j) * ys, _mm512_permutex2var_ps(u[j], hi, u[4 + j]));
+        }
+    }
+}
+
+/* 16 rows from w0 against one N-sequence panel over ng blocks, into sequence s's y + s * ys
+ * for s < ns. Block g's
  * product runs in tile g % 2; the float steps of block g - 1 run while it does, from the
  * buffer its tile was stored to one block before (loads right after a tile store wait for
  * the store to complete). */
 static AI void amx_rows16(const int N, const char *w0, size_t rb, int ng, const char *P,
-                          int pf, const char *nx, float *out)
+                          int pf, const char *nx, int ns, float *y, size_t ys)
 {
     int32_t cb[2][16 * 16] __attribute__((aligned(64)));
     float sc[16] __attribute__((aligned(64)));
@@ -253,8 +298,7 @@ static AI void amx_rows16(const int N, const char *w0, size_t rb, int ng, const 
     scv = amx_scales(w0, rb, ng - 1, sc);
     amx_step(N, acc, cb[(ng - 1) % 2], sc, scv, AMX_DX(ng - 1));
 #undef AMX_DX
-    for (int m = 0; m < na; m++)
-        _mm512_store_ps(out + 16 * m, acc[m]);
+    amx_store(N, acc, ns, y, ys);
 }
 
 /* kern_gemm_amx with N-sequence panels. */
@@ -267,7 +311,6 @@ static AI void amx_gemm_n(const int N, const struct kern_mat *W, const struct ke
     int subs = (int)(sizeof pan / pb);
     if (subs > AMX_MAXSUB)
         subs = AMX_MAXSUB;
-    float out[16 * 16] __attribute__((aligned(64)));
 
     amx_config(N);
     for (int s0 = 0; s0 < n_seq; s0 += N * subs) {
@@ -284,10 +327,7 @@ static AI void amx_gemm_n(const int N, const struct kern_mat *W, const struct ke
                            nsub == 1 && r + 32 <= W->rows && 16 * rb <= AMX_PF_NEXT
                                ? w0 + 16 * rb
                                : NULL,
-                           out);
-                for (int s = 0; s < ns; s++)
-                    for (int m = 0; m < 16; m++)
-                        Y[(size_t)(a + s) * y_stride + r + m] = out[N * m + s];
+                           ns, Y + (size_t)a * y_stride + r, (size_t)y_stride);
             }
         }
     }
