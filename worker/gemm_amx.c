@@ -197,20 +197,32 @@ static AI void amx_step(const int N, __m512 acc[16], const int32_t *c, const flo
 /* While block g of the 16 rows from w0 runs: their block g + AMX_PF into L1, and block g's
  * share of the next 16 rows' bytes (nx, 16 * rb contiguous ones; none if NULL) into L2. The
  * 16 rows side by side in a page defeat the hardware prefetcher, and a group's first blocks
- * would otherwise be read at full latency. */
+ * would otherwise be read at full latency. Rows of a multiple of 64 bytes (2048 columns)
+ * take one prefetch per new line, about every other block, rather than one per block. */
 static AI void amx_pf(const char *w0, const char *nx, size_t rb, int ng, int g)
 {
     if (g + AMX_PF < ng) {
-        const char *p = w0 + (size_t)(g + AMX_PF) * sizeof(struct quant_block_q8_0);
-        _Pragma("GCC unroll 16")
-        for (int m = 0; m < 16; m++)
-            _mm_prefetch(p + (size_t)m * rb, _MM_HINT_T0);
+        const size_t bb = sizeof(struct quant_block_q8_0);
+        const char *p = w0 + (size_t)(g + AMX_PF) * bb;
+        if (rb % 64 == 0) {
+            /* the 16 rows sit alike in their lines: the line of the block's last byte, when
+             * it is not the previous block's */
+            if (((uintptr_t)p + bb - 1) / 64 != ((uintptr_t)p - 1) / 64) {
+                _Pragma("GCC unroll 16")
+                for (int m = 0; m < 16; m++)
+                    _mm_prefetch(p + bb - 1 + (size_t)m * rb, _MM_HINT_T0);
+            }
+        } else {
+            _Pragma("GCC unroll 16")
+            for (int m = 0; m < 16; m++)
+                _mm_prefetch(p + (size_t)m * rb, _MM_HINT_T0);
+        }
     }
     if (!nx)
         return;
-    size_t lo = (size_t)g * 16 * rb / (size_t)ng & ~(size_t)63;
-    size_t hi = (size_t)(g + 1) * 16 * rb / (size_t)ng;
-    for (size_t l = lo; l < hi; l += 64)
+    /* a row is ng blocks: block g's share of the next 16 rows is 16 blocks' bytes */
+    const size_t share = 16 * sizeof(struct quant_block_q8_0);
+    for (size_t l = (size_t)g * share & ~(size_t)63; l < (size_t)(g + 1) * share; l += 64)
         _mm_prefetch(nx + l, _MM_HINT_T1);
 }
 
