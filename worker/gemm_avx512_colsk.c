@@ -27,6 +27,7 @@
 #define COLSK_NB (COLSK_MAXK / QUANT_QK_K)
 /* Rows computed together: each activation vector loaded serves this many rows. */
 #define COLSK_R 8
+_Static_assert(COLSK_R == 8, "kern_gemm_avx512_colsk stores a sequence's 8 results as one vector");
 /* Superblocks ahead each row is prefetched (bench_kernels Q4_K at 8 and 16 sequences: 0, 4,
  * 8 or 16 ahead all within the noise). */
 #ifndef COLSK_PF
@@ -245,6 +246,56 @@ static void colsk_any(int six, int H, const char *w0, size_t rb, int R, int nb,
     }
 }
 
+/* The panel of n_seq sequences (H lanes a sequence, see struct colsk_panel), gathered: lane
+ * s * H + h of each vector reads sequence s (lanes of missing sequences, and of x's lanes
+ * the H = 2 odd lanes of dx and Q4_K's aux, are zeros). */
+static void colsk_panel(const struct kern_act *X, int n_seq, int six, int H, int nb, int na,
+                        struct colsk_panel *P)
+{
+    const int st = (int)X->stride;
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i seq = H == 2 ? _mm512_srli_epi32(lane, 1) : lane;
+    const __m512i odd = _mm512_and_si512(lane, _mm512_set1_epi32(H - 1)); /* h */
+    const __m512i sidx = _mm512_mullo_epi32(seq, _mm512_set1_epi32(st));
+    /* lane h of a sequence reads the dword 4 (Q6_K) or 8 (Q4_K) after lane 0's (colsk_dword) */
+    const __m512i xidx = _mm512_add_epi32(sidx, _mm512_mullo_epi32(odd, _mm512_set1_epi32(six ? 16 : 32)));
+    const __mmask16 k = (__mmask16)(n_seq * H >= 16 ? 0xffffu : (1u << (n_seq * H)) - 1u);
+    const __mmask16 k0 = (__mmask16)(k & (H == 2 ? 0x5555u : 0xffffu));
+    const __m512i ones = _mm512_set1_epi16(1), zero = _mm512_setzero_si512();
+    const char *x0 = (const char *)X->data;
+    for (int i = 0; i < nb; i++) {
+        const char *b = x0 + (size_t)i * sizeof(struct quant_block_q8_k);
+        const char *qs = b + offsetof(struct quant_block_q8_k, qs);
+        const char *bs = b + offsetof(struct quant_block_q8_k, bsums);
+        for (int v = 0; v < 64 / H; v++)
+            _mm512_store_si512(&P->x[64 / H * i + v],
+                               _mm512_mask_i32gather_epi32(zero, k, xidx,
+                                                           qs + 4 * colsk_dword(six, H, v, 0), 1));
+        P->dx[i] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k0, sidx,
+                                            b + offsetof(struct quant_block_q8_k, d), 1);
+        for (int a = 0; a < na; a++) {
+            __m512i v;
+            if (six) { /* int16 bsums H a + h, -32 times: dword (H a + h) / 2 */
+                int j = H * a;
+                __m512i d = _mm512_mask_i32gather_epi32(zero, k, sidx, bs + 4 * (j / 2), 1);
+                /* the low int16 for even H a + h, else the high */
+                __m512i lo = _mm512_srai_epi32(_mm512_slli_epi32(d, 16), 16);
+                __m512i hi = _mm512_srai_epi32(d, 16);
+                __m512i odd_j = H == 2 ? odd : _mm512_set1_epi32(j & 1);
+                v = _mm512_mask_blend_epi32(_mm512_test_epi32_mask(odd_j, odd_j), lo, hi);
+                v = _mm512_sub_epi32(zero, _mm512_slli_epi32(v, 5));
+            } else { /* int16 pair (bsums 4a + bsums 4a + 1, bsums 4a + 2 + bsums 4a + 3) */
+                __m512i p0 = _mm512_mask_i32gather_epi32(zero, k0, sidx, bs + 8 * a, 1);
+                __m512i p1 = _mm512_mask_i32gather_epi32(zero, k0, sidx, bs + 8 * a + 4, 1);
+                v = _mm512_or_si512(_mm512_and_si512(_mm512_madd_epi16(p0, ones),
+                                                     _mm512_set1_epi32(0xffff)),
+                                    _mm512_slli_epi32(_mm512_madd_epi16(p1, ones), 16));
+            }
+            _mm512_store_si512(&P->aux[na * i + a], v);
+        }
+    }
+}
+
 int kern_gemm_avx512_colsk(const struct kern_mat *W, const struct kern_act *X, int n_seq,
                            float *Y, int y_stride, int row_begin, int row_end)
 {
@@ -257,44 +308,21 @@ int kern_gemm_avx512_colsk(const struct kern_mat *W, const struct kern_act *X, i
     /* lanes a sequence: 16 / H sequences fill the 16 lanes */
     const int H = n_seq <= 8 ? 2 : 1;
     const int nb = W->cols / QUANT_QK_K, na = six ? 16 / H : 4;
-    int dmap[64]; /* step v lane h: dword dmap[v * H + h] */
-    for (int v = 0; v < 64 / H; v++)
-        for (int h = 0; h < H; h++)
-            dmap[v * H + h] = colsk_dword(six, H, v, h);
-    memset(P.x, 0, sizeof(P.x[0]) * (size_t)(64 / H * nb));
-    memset(P.dx, 0, sizeof(P.dx[0]) * (size_t)nb);
-    memset(P.aux, 0, sizeof(P.aux[0]) * (size_t)(na * nb));
-    for (int s = 0; s < n_seq; s++) {
-        const struct quant_block_q8_k *a =
-            (const struct quant_block_q8_k *)((const char *)X->data + (size_t)s * X->stride);
-        for (int i = 0; i < nb; i++) {
-            char *xp = (char *)&P.x[64 / H * i] + 4 * s * H;
-            for (int e = 0; e < 64; e++) /* vector e / H, lane s * H + e % H */
-                memcpy(xp + 64 * (e / H) + 4 * (e % H), a[i].qs + 4 * dmap[e], 4);
-            memcpy((char *)&P.dx[i] + 4 * s * H, &a[i].d, sizeof(float));
-            for (int k = 0; k < na; k++) {
-                if (six) { /* group k's sub-blocks' starts, lane s * H + h */
-                    for (int h = 0; h < H; h++) {
-                        int32_t v = -32 * a[i].bsums[H * k + h];
-                        memcpy((char *)&P.aux[na * i + k] + 4 * (s * H + h), &v, sizeof v);
-                    }
-                } else {
-                    int lo = a[i].bsums[4 * k] + a[i].bsums[4 * k + 1];
-                    int hi = a[i].bsums[4 * k + 2] + a[i].bsums[4 * k + 3];
-                    int32_t v = (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16);
-                    memcpy((char *)&P.aux[na * i + k] + 4 * s * H, &v, sizeof v);
-                }
-            }
-        }
-    }
+    colsk_panel(X, n_seq, six, H, nb, na, &P);
     float out[COLSK_R * 16] __attribute__((aligned(64)));
     const size_t rb = W->row_bytes;
     for (int r = row_begin; r < row_end;) {
         int R = row_end - r >= COLSK_R ? COLSK_R : 1;
         colsk_any(six, H, (const char *)W->data + (size_t)r * rb, rb, R, nb, &P, out);
-        for (int i = 0; i < R; i++)
+        if (R == COLSK_R) { /* sequence s's R results: out[16 i + s H], i = 0..R-1 */
+            const __m256i idx = _mm256_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112);
             for (int s = 0; s < n_seq; s++)
-                Y[(size_t)s * y_stride + r + i] = out[16 * i + s * H];
+                _mm256_storeu_ps(Y + (size_t)s * y_stride + r,
+                                 _mm256_i32gather_ps(out + s * H, idx, 4));
+        } else {
+            for (int s = 0; s < n_seq; s++)
+                Y[(size_t)s * y_stride + r] = out[s * H];
+        }
         r += R;
     }
     return 0;
