@@ -6,7 +6,9 @@
  * (the steadier one on a shared machine); KILN_BENCH_TYPES=q5_0,iq4_xs,... the weight types
  * (default Q8_0 and Q4_K); KILN_BENCH_SEQS=1,16,512 the batch sizes (default 1,4,8,16);
  * KILN_BENCH_GEMM=1 times each set's gemm (the prefill op) after its matmul at every batch
- * size. */
+ * size; KILN_BENCH_SHAPES=1536x576,... the ROWSxCOLS shapes (default 2048x5632,5632x2048);
+ * KILN_BENCH_HOT=1 keeps one copy, which stays in cache: the kernel's rate when memory is not
+ * the limit. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,7 +90,8 @@ static int mats_init(struct mats *m, enum ggml_type t, int rows, int cols, int m
     m->rows = rows;
     m->cols = cols;
     m->bytes = rb * (size_t)rows;
-    m->copies = (int)(((size_t)256 << 20) / m->bytes) + 1;
+    const char *hot = getenv("KILN_BENCH_HOT");
+    m->copies = hot && *hot == '1' ? 1 : (int)(((size_t)256 << 20) / m->bytes) + 1;
     m->w = malloc(m->bytes * (size_t)m->copies);
     m->xstride = kern_act_bytes(t, cols);
     m->x = malloc(m->xstride * (size_t)max_seq);
@@ -162,7 +165,24 @@ int main(void)
             types[n_types++] = t;
         }
     }
-    static const int shapes[][2] = {{2048, 5632}, {5632, 2048}};
+    int shapes[8][2] = {{2048, 5632}, {5632, 2048}}, n_shapes = 2;
+    const char *hl = getenv("KILN_BENCH_SHAPES");
+    if (hl && *hl) {
+        char buf[256], *save = NULL;
+        snprintf(buf, sizeof buf, "%s", hl);
+        n_shapes = 0;
+        for (char *tok = strtok_r(buf, ",", &save); tok && n_shapes < 8;
+             tok = strtok_r(NULL, ",", &save)) {
+            int r = 0, c = 0;
+            if (sscanf(tok, "%dx%d", &r, &c) != 2 || r < 1 || c < 1 || r > 1 << 20 ||
+                c > 1 << 16) {
+                fprintf(stderr, "KILN_BENCH_SHAPES: %s is not ROWSxCOLS\n", tok);
+                return 1;
+            }
+            shapes[n_shapes][0] = r;
+            shapes[n_shapes++][1] = c;
+        }
+    }
     int seqs[8] = {1, 4, 8, 16}, n_seqs = 4, max_seq = 16;
     const char *sl = getenv("KILN_BENCH_SEQS");
     if (sl && *sl) {
@@ -202,8 +222,13 @@ int main(void)
     }
     bench_memory();
     for (size_t ti = 0; ti < n_types; ti++)
-        for (size_t si = 0; si < 2; si++) {
+        for (int si = 0; si < n_shapes; si++) {
             struct mats m;
+            if (shapes[si][1] % quant_block_elems(types[ti])) {
+                printf("-- %s %dx%d: columns not a multiple of the block, skipped\n",
+                       quant_type_name(types[ti]), shapes[si][0], shapes[si][1]);
+                continue;
+            }
             if (mats_init(&m, types[ti], shapes[si][0], shapes[si][1], max_seq) < 0) {
                 fprintf(stderr, "out of memory\n");
                 return 1;
