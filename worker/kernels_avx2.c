@@ -150,8 +150,8 @@ static AI void tile_b32_r4(const char *w, size_t rb, const enum b32_kind kind, c
 #define B32_KB 512
 #define B32_DXF 8192
 
-static void matmul_b32(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
-                       int y_stride, int rb, int re, const enum b32_kind kind)
+static AI void matmul_b32(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
+                          int y_stride, int rb, int re, const enum b32_kind kind)
 {
     static _Thread_local float dxf[B32_DXF] __attribute__((aligned(32)));
     const int nb = X->n / QUANT_QK, kb = nb < B32_KB ? nb : B32_KB;
@@ -194,6 +194,19 @@ static void matmul_b32(const struct kern_mat *W, const struct kern_act *X, int n
         }
     }
 }
+
+/* matmul_b32 for each kind, its branches on the kind resolved at compile time. */
+#define MATMUL_B32(name, kind)                                                                 \
+    static void name(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,  \
+                     int y_stride, int rb, int re)                                             \
+    {                                                                                          \
+        matmul_b32(W, X, n_seq, Y, y_stride, rb, re, kind);                                    \
+    }
+
+MATMUL_B32(matmul_q8_0, B32_Q8_0)
+MATMUL_B32(matmul_q4_0, B32_Q4_0)
+MATMUL_B32(matmul_q5_0, B32_Q5_0)
+MATMUL_B32(matmul_iq4_nl, B32_IQ4_NL)
 
 /* Q4_K and Q5_K: sub-block by sub-block, each (weights, scales) pair used by all S sequences
  * before the next is decoded, so the tile fits AVX2's 16 registers. */
@@ -443,16 +456,16 @@ void KSET(matmul)(const struct kern_mat *W, const struct kern_act *X, int n_seq,
         return;
     switch (W->type) {
     case GGML_TYPE_Q8_0:
-        matmul_b32(W, X, n_seq, Y, y_stride, row_begin, row_end, B32_Q8_0);
+        matmul_q8_0(W, X, n_seq, Y, y_stride, row_begin, row_end);
         return;
     case GGML_TYPE_Q4_0:
-        matmul_b32(W, X, n_seq, Y, y_stride, row_begin, row_end, B32_Q4_0);
+        matmul_q4_0(W, X, n_seq, Y, y_stride, row_begin, row_end);
         return;
     case GGML_TYPE_Q5_0:
-        matmul_b32(W, X, n_seq, Y, y_stride, row_begin, row_end, B32_Q5_0);
+        matmul_q5_0(W, X, n_seq, Y, y_stride, row_begin, row_end);
         return;
     case GGML_TYPE_IQ4_NL:
-        matmul_b32(W, X, n_seq, Y, y_stride, row_begin, row_end, B32_IQ4_NL);
+        matmul_iq4_nl(W, X, n_seq, Y, y_stride, row_begin, row_end);
         return;
     case GGML_TYPE_Q4_K: f = row_q4_k; break;
     case GGML_TYPE_Q5_K: f = row_q5_k; break;
