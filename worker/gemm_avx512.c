@@ -183,11 +183,11 @@ static void tile_any(const struct panel *const *P, int R, const char *const *xs,
 }
 
 
-/* Sums of the four 128-bit quarters of 16 registers of dwords (register i: row i), as four
- * registers of 16 rows: out[L] lane i = sum of dwords 4L..4L+3 of p[i]. Exact integers. */
-static AI void reduce16(const __m512i p[16], __m512i out[4])
+/* The first steps of reduce16 and reduce16_pairs: u[q] quarter L lane j = sum of dwords
+ * 4L..4L+3 of p[4q + j]. Exact integers. */
+static AI void sum_quarters(const __m512i p[16], __m512i u[4])
 {
-    __m512i t[8], u[4], a[2], b[2];
+    __m512i t[8];
     _Pragma("GCC unroll 8")
     for (int j = 0; j < 8; j++)
         t[j] = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2 * j], p[2 * j + 1]),
@@ -196,6 +196,14 @@ static AI void reduce16(const __m512i p[16], __m512i out[4])
     for (int q = 0; q < 4; q++)
         u[q] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * q], t[2 * q + 1]),
                                 _mm512_unpackhi_epi64(t[2 * q], t[2 * q + 1]));
+}
+
+/* Sums of the four 128-bit quarters of 16 registers of dwords (register i: row i), as four
+ * registers of 16 rows: out[L] lane i = sum of dwords 4L..4L+3 of p[i]. Exact integers. */
+static AI void reduce16(const __m512i p[16], __m512i out[4])
+{
+    __m512i u[4], a[2], b[2];
+    sum_quarters(p, u);
     a[0] = _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0));
     a[1] = _mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0));
     b[0] = _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1));
@@ -204,6 +212,21 @@ static AI void reduce16(const __m512i p[16], __m512i out[4])
     out[2] = _mm512_shuffle_i32x4(a[0], a[1], _MM_SHUFFLE(3, 1, 3, 1));
     out[1] = _mm512_shuffle_i32x4(b[0], b[1], _MM_SHUFFLE(2, 0, 2, 0));
     out[3] = _mm512_shuffle_i32x4(b[0], b[1], _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+/* The same for 32-element sub-blocks, quarters added in pairs: out[j] lane i = sum of dwords
+ * 8j..8j+7 of p[i]. Two shuffles fewer than reduce16 and its adds. Exact integers. */
+static AI void reduce16_pairs(const __m512i p[16], __m512i out[2])
+{
+    __m512i u[4], s[2];
+    sum_quarters(p, u);
+    _Pragma("GCC unroll 2")
+    for (int h = 0; h < 2; h++) /* s[h]: rows 8h..8h+3 sub-blocks 0, 1, rows 8h+4.. the same */
+        s[h] = _mm512_add_epi32(
+            _mm512_shuffle_i32x4(u[2 * h], u[2 * h + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+            _mm512_shuffle_i32x4(u[2 * h], u[2 * h + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    out[0] = _mm512_shuffle_i32x4(s[0], s[1], _MM_SHUFFLE(2, 0, 2, 0));
+    out[1] = _mm512_shuffle_i32x4(s[0], s[1], _MM_SHUFFLE(3, 1, 3, 1));
 }
 
 /* tile for few sequences, without the panel: the 16 rows' codes stay in element order
@@ -240,13 +263,12 @@ static AI void tile_narrow(const struct gemm_type *ty, const struct panel *P,
                                            _mm512_xor_si512(_mm512_load_si512(tmp[i] + g * G),
                                                             flip),
                                            xb);
-            reduce16(p, q);
             if (G == 32) {
-                ia[k][0] = _mm512_add_epi32(_mm512_set1_epi32(ic[k * xst + g]),
-                                            _mm512_add_epi32(q[0], q[1]));
-                ia[k][1] = _mm512_add_epi32(_mm512_set1_epi32(ic[k * xst + g + 1]),
-                                            _mm512_add_epi32(q[2], q[3]));
+                reduce16_pairs(p, q);
+                ia[k][0] = _mm512_add_epi32(_mm512_set1_epi32(ic[k * xst + g]), q[0]);
+                ia[k][1] = _mm512_add_epi32(_mm512_set1_epi32(ic[k * xst + g + 1]), q[1]);
             } else {
+                reduce16(p, q);
                 _Pragma("GCC unroll 4")
                 for (int j = 0; j < 4; j++)
                     ia[k][j] = _mm512_add_epi32(_mm512_set1_epi32(ic[k * xst + g + j]), q[j]);
@@ -292,25 +314,43 @@ static void narrow_any(const struct gemm_type *ty, const struct panel *P, uint8_
 }
 
 
-/* Block i's 32 codes of a row of a 32-element type with Q8_0 activations (Q8_0, Q4_0, Q5_0,
- * IQ4_NL), in registers, as gemm_decode_row gives them. */
-static AI __m256i codes32(const enum ggml_type t, const char *row, int i)
+/* The 64 codes of the two blocks at blk of a row of a 32-element type with Q8_0 activations
+ * (Q8_0, Q4_0, Q5_0, IQ4_NL), in registers, as gemm_decode_row gives them: the first block
+ * in the low half. When !two, the second block is not read and the high half holds any
+ * codes (they meet zero activations). The 4-bit types take each block's 16 bytes into two
+ * 128-bit lanes by broadcast loads, shift the high-nibble lanes and mask; Q5_0's fifth bits
+ * are a mask register made from the two qh words, for one masked add. */
+static AI __m512i codes64(const enum ggml_type t, const char *blk, const int two)
 {
-    const __m256i low4 = _mm256_set1_epi8(15);
-    if (t == GGML_TYPE_Q8_0)
-        return _mm256_loadu_si256((const __m256i *)((const struct quant_block_q8_0 *)row)[i].qs);
-    if (t == GGML_TYPE_Q5_0) {
-        const struct quant_block_q5_0 *b = (const struct quant_block_q5_0 *)row + i;
-        __m128i raw = _mm_loadu_si128((const __m128i *)b->qs);
-        __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
-        return _mm256_or_si256(q, gemm_bits5(b->qh));
+    if (t == GGML_TYPE_Q8_0) {
+        const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)blk;
+        return join(_mm256_loadu_si256((const __m256i *)b[0].qs),
+                    two ? _mm256_loadu_si256((const __m256i *)b[1].qs) : _mm256_setzero_si256());
     }
-    const struct quant_block_q4_0 *b = (const struct quant_block_q4_0 *)row + i;
-    __m128i raw = _mm_loadu_si128((const __m128i *)b->qs);
-    __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
+    const uint8_t *qs0, *qs1;
+    __mmask64 hi5 = 0;
+    if (t == GGML_TYPE_Q5_0) {
+        const struct quant_block_q5_0 *b = (const struct quant_block_q5_0 *)blk;
+        uint32_t h0, h1;
+        memcpy(&h0, b[0].qh, sizeof h0);
+        memcpy(&h1, b[two].qh, sizeof h1);
+        hi5 = _cvtu64_mask64((uint64_t)h1 << 32 | h0);
+        qs0 = b[0].qs, qs1 = b[two].qs;
+    } else {
+        const struct quant_block_q4_0 *b = (const struct quant_block_q4_0 *)blk;
+        qs0 = b[0].qs, qs1 = b[two].qs;
+    }
+    /* lanes: the first block's bytes twice, then the second's twice */
+    __m512i v = _mm512_mask_broadcast_i32x4(
+        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)qs0)), 0xff00,
+        _mm_loadu_si128((const __m128i *)qs1));
+    __m512i q = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xff00ff00u, v, 4),
+                                 _mm512_set1_epi8(15));
+    if (t == GGML_TYPE_Q5_0)
+        return _mm512_mask_add_epi8(q, hi5, q, _mm512_set1_epi8(0x10));
     if (t == GGML_TYPE_IQ4_NL)
-        q = _mm256_shuffle_epi8(
-            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4_values)), q);
+        q = _mm512_shuffle_epi8(
+            _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)quant_iq4_values)), q);
     return q;
 }
 
@@ -325,12 +365,12 @@ static AI size_t block32_bytes(const enum ggml_type t)
  * registers, the 16 rows' f16 scales of a block gathered (lane = row), so nothing is
  * stored: the integers and the float steps of tile and tile_narrow. Rows past nr repeat
  * row nr - 1 and are not stored. */
-static AI void tile_rows32(const enum ggml_type t, const struct gemm_type *ty,
-                           const struct kern_mat *W, int r, int g0, const char *const *xs,
-                           const int S, const size_t *off, int ng, const float *dx,
-                           const int32_t *ic, const int xst, float *y, size_t ys, int first)
+static AI void tile_rows32(const enum ggml_type t, const struct kern_mat *W, int r, int g0,
+                           const char *const *xs, const int S, const size_t *off, int ng,
+                           const float *dx, const int32_t *ic, const int xst, float *y,
+                           size_t ys, int first)
 {
-    const __m512i flip = _mm512_set1_epi8(ty->sgn ? (char)0x80 : 0);
+    const int sgn = t == GGML_TYPE_Q8_0 || t == GGML_TYPE_IQ4_NL; /* ty->sgn */
     const size_t bb = block32_bytes(t), rb = W->row_bytes;
     const char *w0 = (const char *)W->data + (size_t)r * rb;
     const __m512i vidx = _mm512_mullo_epi32(
@@ -360,9 +400,9 @@ static AI void tile_rows32(const enum ggml_type t, const struct gemm_type *ty,
         _Pragma("GCC unroll 16")
         for (int i = 0; i < 16; i++) {
             const char *wr = wg + (size_t)i * rb;
-            __m512i cw = _mm512_xor_si512(join(codes32(t, wr, 0),
-                                               two ? codes32(t, wr, 1) : _mm256_setzero_si256()),
-                                          flip);
+            __m512i cw = codes64(t, wr, two);
+            if (sgn)
+                cw = _mm512_xor_si512(cw, _mm512_set1_epi8((char)0x80));
             _Pragma("GCC unroll 4")
             for (int k = 0; k < S; k++)
                 p[k][i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), cw, xb[k]);
@@ -372,12 +412,10 @@ static AI void tile_rows32(const enum ggml_type t, const struct gemm_type *ty,
                 _mm512_i32gather_epi32(vidx, wg + (size_t)j * bb, 1)));
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
-            __m512i q[4];
-            reduce16(p[k], q);
-            ia[k][0] = _mm512_add_epi32(_mm512_set1_epi32(ic[k * xst + g]),
-                                        _mm512_add_epi32(q[0], q[1]));
-            ia[k][1] = _mm512_add_epi32(_mm512_set1_epi32(ic[k * xst + g + two]),
-                                        _mm512_add_epi32(q[2], q[3]));
+            __m512i q[2];
+            reduce16_pairs(p[k], q);
+            ia[k][0] = _mm512_add_epi32(_mm512_set1_epi32(ic[k * xst + g]), q[0]);
+            ia[k][1] = _mm512_add_epi32(_mm512_set1_epi32(ic[k * xst + g + two]), q[1]);
         }
         for (int j = 0; j < 1 + two; j++) {
             _Pragma("GCC unroll 4")
@@ -395,16 +433,16 @@ static AI void tile_rows32(const enum ggml_type t, const struct gemm_type *ty,
 #define ROWS32_S(T)                                                                            \
     do {                                                                                       \
         switch (S) {                                                                           \
-        case 4: tile_rows32(T, ty, W, r, g0, xs, 4, off, ng, dx, ic, xst, y, ys, first); break; \
-        case 3: tile_rows32(T, ty, W, r, g0, xs, 3, off, ng, dx, ic, xst, y, ys, first); break; \
-        case 2: tile_rows32(T, ty, W, r, g0, xs, 2, off, ng, dx, ic, xst, y, ys, first); break; \
-        default: tile_rows32(T, ty, W, r, g0, xs, 1, off, ng, dx, ic, xst, y, ys, first); break; \
+        case 4: tile_rows32(T, W, r, g0, xs, 4, off, ng, dx, ic, xst, y, ys, first); break; \
+        case 3: tile_rows32(T, W, r, g0, xs, 3, off, ng, dx, ic, xst, y, ys, first); break; \
+        case 2: tile_rows32(T, W, r, g0, xs, 2, off, ng, dx, ic, xst, y, ys, first); break; \
+        default: tile_rows32(T, W, r, g0, xs, 1, off, ng, dx, ic, xst, y, ys, first); break; \
         }                                                                                      \
     } while (0)
 
-static void rows32_any(const struct gemm_type *ty, const struct kern_mat *W, int r, int g0,
-                       const char *const *xs, int S, const size_t *off, int ng, const float *dx,
-                       const int32_t *ic, int xst, float *y, size_t ys, int first)
+static void rows32_any(const struct kern_mat *W, int r, int g0, const char *const *xs, int S,
+                       const size_t *off, int ng, const float *dx, const int32_t *ic, int xst,
+                       float *y, size_t ys, int first)
 {
     switch (W->type) {
     case GGML_TYPE_Q8_0: ROWS32_S(GGML_TYPE_Q8_0); break;
@@ -565,11 +603,10 @@ static AI void tile_rowsk(const enum ggml_type t, const struct gemm_type *ty,
                     p[ii] = _mm512_dpbusd_epi32(
                         _mm512_setzero_si512(),
                         _mm512_xor_si512(codesk(t, wb + (size_t)ii * rb, c), flip), xb);
-                reduce16(p, q);
-                if (G == 32) {
-                    q[0] = _mm512_add_epi32(q[0], q[1]);
-                    q[1] = _mm512_add_epi32(q[2], q[3]);
-                }
+                if (G == 32)
+                    reduce16_pairs(p, q);
+                else
+                    reduce16(p, q);
                 for (int j = 0; j < 64 / G; j++) {
                     const int gl = c * (64 / G) + j; /* sub-block within the block */
                     __m512i ia = _mm512_add_epi32(_mm512_set1_epi32(ic[k * xst + g + j]), q[j]);
@@ -649,7 +686,7 @@ static int narrow_rows(const struct gemm_type *ty, const struct kern_mat *W,
                     rowsk_any(ty, W, r, xs + s, S, off, ngt, dx + o, ic + o, xsum + o,
                               NARROW_MAXG, y, (size_t)y_stride);
                 else
-                    rows32_any(ty, W, r, 0, xs + s, S, off, ngt, dx + o, ic + o, NARROW_MAXG, y,
+                    rows32_any(W, r, 0, xs + s, S, off, ngt, dx + o, ic + o, NARROW_MAXG, y,
                                (size_t)y_stride, 1);
             }
             continue;
