@@ -28,6 +28,7 @@
 
 #include "gemm.h"
 #include "kernels_simd.h"
+#include "transpose8.h"
 
 /* The longest row taken (elements). */
 #define AMX_MAXK 16384
@@ -122,26 +123,13 @@ static void amx_panel(const struct kern_act *X, int s0, int ns, int ng, int N, c
             }
             _mm512_storeu_ps(pb + 32 * N, d);
         } else {
-            __m256i y[8], a[8], b[8];
+            __m256i y[8], o[8];
             for (int s = 0; s < 8; s++)
                 y[s] = _mm256_maskz_loadu_epi32((__mmask8)(s < ns ? 0xff : 0),
                                                 q + (size_t)(s < ns ? s : 0) * X->stride);
-            for (int s = 0; s < 8; s += 2) {
-                a[s] = _mm256_unpacklo_epi32(y[s], y[s + 1]);
-                a[s + 1] = _mm256_unpackhi_epi32(y[s], y[s + 1]);
-            }
-            for (int k = 0; k < 8; k += 4) {
-                b[k] = _mm256_unpacklo_epi64(a[k], a[k + 2]);
-                b[k + 1] = _mm256_unpackhi_epi64(a[k], a[k + 2]);
-                b[k + 2] = _mm256_unpacklo_epi64(a[k + 1], a[k + 3]);
-                b[k + 3] = _mm256_unpackhi_epi64(a[k + 1], a[k + 3]);
-            }
-            for (int j = 0; j < 4; j++) {
-                _mm256_store_si256((__m256i *)(pb + 32 * j),
-                                   _mm256_permute2x128_si256(b[j], b[4 + j], 0x20));
-                _mm256_store_si256((__m256i *)(pb + 32 * (j + 4)),
-                                   _mm256_permute2x128_si256(b[j], b[4 + j], 0x31));
-            }
+            transpose8x8_epi32(y, o);
+            for (int j = 0; j < 8; j++)
+                _mm256_store_si256((__m256i *)(pb + 32 * j), o[j]);
             _mm256_storeu_ps((float *)(pb + 32 * N), _mm512_castps512_ps256(d));
         }
     }

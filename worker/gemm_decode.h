@@ -22,6 +22,7 @@
 #include "gguf.h"
 #include "quant.h"
 #include "q6_k_codes.h"
+#include "transpose8.h"
 
 /* Elements per K chunk of the GEMM (a multiple of 256) and the most sub-blocks in one. */
 #define GEMM_KC 1024
@@ -303,23 +304,10 @@ static inline void gemm_decode_row(enum ggml_type t, const void *w, int g0, int 
  * t0 + i of rows 0..7 in lanes 0..7. */
 static inline void gemm_transpose8(const uint8_t *rows, size_t rs, int t0, __m256i out[8])
 {
-    __m256i r[8], t[8], u[8];
+    __m256i r[8];
     for (int i = 0; i < 8; i++)
         r[i] = _mm256_loadu_si256((const __m256i *)(rows + (size_t)i * rs + 4 * (size_t)t0));
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {
-        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
-        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
-        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
-        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    for (int i = 0; i < 4; i++) {
-        out[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
-        out[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
-    }
+    transpose8x8_epi32(r, out);
 }
 
 #endif
