@@ -296,24 +296,56 @@ static int i8_kind(enum ggml_type t)
  * each block is decoded once for the S sequences; the float step covers the S sequences at
  * once, lane k being sequence k. */
 
+/* Q4_K's scales and mins from their 12 packed bytes (q4_k_scales' formulas) with broadcast
+ * loads and lane-wise operations, every 128-bit lane the same: r1 bytes 0..3 are scales 0..3,
+ * bytes 4..7 mins 0..3, bytes 8..11 mins 4..7; r2 bytes 0..3 scales 4..7. Words u0..u2 of the
+ * packed bytes are lined up by where the loads start (the block's head, its scales, and 8
+ * bytes on), all inside the block, so no shuffles are spent on them. */
+static AI void q4_k_scales_b(const struct quant_block_q4_k *b, __m512i *r1, __m512i *r2)
+{
+    const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)b->scales));
+    const __m512i vh = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)b));
+    const __m512i v8 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(b->scales + 8)));
+    /* lanes: v u0 u1 u2 u3, vh (d, dmin) u0 u1 u2, v8 u2 u3 (codes) */
+    __m512i x = _mm512_srlv_epi32(v, _mm512_set4_epi32(0, 4, 0, 0));
+    __m512i t = _mm512_and_si512(_mm512_srli_epi32(vh, 2), _mm512_set4_epi32(0, 0x30303030, 0, 0));
+    /* (a & b) | c */
+    *r1 = _mm512_ternarylogic_epi32(
+        x, _mm512_set4_epi32(0, 0x0f0f0f0f, 0x3f3f3f3f, 0x3f3f3f3f), t, 0xea);
+    __m512i h = _mm512_and_si512(_mm512_srli_epi32(v, 2), _mm512_set1_epi32(0x30303030));
+    *r2 = _mm512_ternarylogic_epi32(v8, _mm512_set1_epi32(0x0f0f0f0f), h, 0xea);
+}
+
 /* Q4_K block b as four 64-byte vectors (chunk c's low nibbles are elements 64c..64c+31, its
- * high nibbles 64c+32..64c+63: sub-blocks 2c and 2c+1) and the matching scale vectors. */
+ * high nibbles 64c+32..64c+63: sub-blocks 2c and 2c+1) and the matching scale vectors (each
+ * lane's scale zero-extended to 32 bits); mv the mins, each twice, as int16 for the bsums. A
+ * chunk is one broadcast load, one masked shift and one and; a scale vector one byte shuffle. */
 static AI void q4_k_decode(const struct quant_block_q4_k *b, __m512i q[4], __m512i scv[4],
                            __m256i *mv)
 {
-    const __m256i low4 = _mm256_set1_epi8(15);
-    __m128i sc16, m16;
-    q4_k_scales(b->scales, &sc16, &m16);
-    __m512i sc32 = _mm512_cvtepu16_epi32(_mm256_castsi128_si256(sc16));
+#define SC2(a, b) (int)(0x80808000u | (b)), (int)(0x80808000u | (b)), (int)(0x80808000u | (b)), \
+                  (int)(0x80808000u | (b)), (int)(0x80808000u | (b)), (int)(0x80808000u | (b)), \
+                  (int)(0x80808000u | (b)), (int)(0x80808000u | (b)), (int)(0x80808000u | (a)), \
+                  (int)(0x80808000u | (a)), (int)(0x80808000u | (a)), (int)(0x80808000u | (a)), \
+                  (int)(0x80808000u | (a)), (int)(0x80808000u | (a)), (int)(0x80808000u | (a)), \
+                  (int)(0x80808000u | (a))
+    /* lanes 0..7 byte a of r, lanes 8..15 byte b */
+    const __m512i pick01 = _mm512_set_epi32(SC2(0, 1)), pick23 = _mm512_set_epi32(SC2(2, 3));
+#undef SC2
+    const __m256i mins = _mm256_set_epi8(
+        -128, 11, -128, 11, -128, 10, -128, 10, -128, 9, -128, 9, -128, 8, -128, 8,
+        -128, 7, -128, 7, -128, 6, -128, 6, -128, 5, -128, 5, -128, 4, -128, 4);
+    const __m512i low4 = _mm512_set1_epi8(15);
+    __m512i r1, r2;
+    q4_k_scales_b(b, &r1, &r2);
     _Pragma("GCC unroll 4")
     for (int c = 0; c < 4; c++) {
-        __m256i raw = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
-        q[c] = join(_mm256_and_si256(raw, low4), _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4));
-        scv[c] = _mm512_permutexvar_epi32(join(_mm256_set1_epi32(2 * c), _mm256_set1_epi32(2 * c + 1)),
-                                          sc32);
+        __m512i raw = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + 32 * c)));
+        q[c] = _mm512_and_si512(_mm512_mask_srli_epi16(raw, 0xffff0000u, raw, 4), low4);
+        scv[c] = _mm512_shuffle_epi8(c < 2 ? r1 : r2, c % 2 ? pick23 : pick01);
     }
     /* bsums k covers 16 elements; sub-block j is bsums 2j and 2j+1 */
-    *mv = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
+    *mv = _mm256_shuffle_epi8(_mm512_castsi512_si256(r1), mins);
 }
 
 static AI __m512i k_dot(const __m512i q[4], const __m512i scv[4], const __m512i xv[4],
@@ -390,18 +422,22 @@ static AI void tile_q4_k(const char *w, const char *x, size_t xs, int nb, const 
             is[k] = fold16(k_dot(q, scv, xv, _mm512_setzero_si512()));
             ms[k] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), mv);
         }
-        __m128i isum, msum;
-        if (S == 1) { /* both sums in one reduction: lane 0 isum, lane 1 msum */
+        if (S == 1) {
+            /* both sums in one reduction (lanes 0 and 2), then k_step's two operations in
+             * lane 0: d and dmin converted together, each times dx */
             __m256i h = _mm256_hadd_epi32(is[0], ms[0]);
-            h = _mm256_hadd_epi32(h, h);
-            isum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-            msum = _mm_shuffle_epi32(isum, 1);
+            __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            __m128 f = _mm_cvtepi32_ps(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1)));
+            uint32_t dd;
+            memcpy(&dd, &b->d, sizeof dd); /* d, dmin */
+            __m128 g = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)dd)),
+                                  _mm_set1_ps(((const struct quant_block_q8_k *)x)[i].d));
+            acc = _mm_fmadd_ps(f, g, acc);
+            acc = _mm_fnmadd_ps(_mm_movehl_ps(f, f), _mm_movehdup_ps(g), acc);
         } else {
-            isum = hsum8_s(is, S);
-            msum = hsum8_s(ms, S);
+            acc = k_step(acc, hsum8_s(is, S), hsum8_s(ms, S), 1, _cvtsh_ss(b->d),
+                         _cvtsh_ss(b->dmin), act_dk4(x, xs, i, S));
         }
-        acc = k_step(acc, isum, msum, 1, _cvtsh_ss(b->d), _cvtsh_ss(b->dmin),
-                     act_dk4(x, xs, i, S));
     }
     store_s(acc, S, y, ys);
 }
