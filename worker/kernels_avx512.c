@@ -14,7 +14,6 @@
 #include "gemm.h"
 #include "kernels_simd.h"
 #include "quant.h"
-#include "q6_k_codes.h"
 
 static AI float hsum16(__m512 v)
 {
@@ -319,7 +318,7 @@ static AI void q4_k_scales_b(const struct quant_block_q4_k *b, __m512i *r1, __m5
 /* Q4_K block b as four 64-byte vectors (chunk c's low nibbles are elements 64c..64c+31, its
  * high nibbles 64c+32..64c+63: sub-blocks 2c and 2c+1) and the matching scale vectors (each
  * lane's scale zero-extended to 32 bits); mv the mins, each twice, as int16 for the bsums. A
- * chunk is one broadcast load, one masked shift and one and; a scale vector one byte shuffle. */
+ * chunk is one broadcast load, one per-word shift and one and; a scale vector one byte shuffle. */
 static AI void q4_k_decode(const struct quant_block_q4_k *b, __m512i q[4], __m512i scv[4],
                            __m256i *mv)
 {
@@ -336,23 +335,27 @@ static AI void q4_k_decode(const struct quant_block_q4_k *b, __m512i q[4], __m51
         -128, 11, -128, 11, -128, 10, -128, 10, -128, 9, -128, 9, -128, 8, -128, 8,
         -128, 7, -128, 7, -128, 6, -128, 6, -128, 5, -128, 5, -128, 4, -128, 4);
     const __m512i low4 = _mm512_set1_epi8(15);
+    /* words 16..31 (the upper 256 bits) shifted by 4: the high nibbles */
+    const __m512i hi = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
     __m512i r1, r2;
     q4_k_scales_b(b, &r1, &r2);
     _Pragma("GCC unroll 4")
     for (int c = 0; c < 4; c++) {
         __m512i raw = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + 32 * c)));
-        q[c] = _mm512_and_si512(_mm512_mask_srli_epi16(raw, 0xffff0000u, raw, 4), low4);
+        q[c] = _mm512_and_si512(_mm512_srlv_epi16(raw, hi), low4);
         scv[c] = _mm512_shuffle_epi8(c < 2 ? r1 : r2, c % 2 ? pick23 : pick01);
     }
     /* bsums k covers 16 elements; sub-block j is bsums 2j and 2j+1 */
     *mv = _mm256_shuffle_epi8(_mm512_castsi512_si256(r1), mins);
 }
 
-static AI __m512i k_dot(const __m512i q[4], const __m512i scv[4], const __m512i xv[4],
-                        __m512i isum)
+/* The block's scaled sums, lane-wise: the first chunk by vpmaddwd (no zero to start from). */
+static AI __m512i k_dot(const __m512i q[4], const __m512i scv[4], const __m512i xv[4])
 {
-    _Pragma("GCC unroll 4")
-    for (int c = 0; c < 4; c++)
+    __m512i isum = _mm512_madd_epi16(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], xv[0]),
+                                     scv[0]);
+    _Pragma("GCC unroll 3")
+    for (int c = 1; c < 4; c++)
         isum = _mm512_dpwssd_epi32(isum, _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[c], xv[c]),
                                    scv[c]);
     return isum;
@@ -419,7 +422,7 @@ static AI void tile_q4_k(const char *w, const char *x, size_t xs, int nb, const 
             _Pragma("GCC unroll 4")
             for (int c = 0; c < 4; c++)
                 xv[c] = _mm512_loadu_si512(a->qs + 64 * c);
-            is[k] = fold16(k_dot(q, scv, xv, _mm512_setzero_si512()));
+            is[k] = fold16(k_dot(q, scv, xv));
             ms[k] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), mv);
         }
         if (S == 1) {
@@ -443,16 +446,27 @@ static AI void tile_q4_k(const char *w, const char *x, size_t xs, int nb, const 
 }
 
 /* Q6_K block b as four 64-byte vectors of codes + 32 (0..63; vector j holds sub-blocks
- * 4j..4j+3 of 16 elements each) and the matching scale vectors; sc16 the 16 scales. */
+ * 4j..4j+3 of 16 elements each: q6_k_codes.h's p0|p1 and p2|p3 of half j / 2) and the
+ * matching scale vectors; sc16 the 16 scales. A half is one 64-byte load of its low bits, a
+ * broadcast of its high bits, per-word shifts by half (the two 32-byte halves' qh bits sit
+ * two apart) and masks: no inserts. */
 static AI void q6_k_decode(const struct quant_block_q6_k *b, __m512i q[4], __m512i scv[4],
                            __m256i *sc16)
 {
+    const __m512i low4 = _mm512_set1_epi8(15), hi2 = _mm512_set1_epi8(0x30);
+    /* words 0..15 (the first 32 codes) by the first count, 16..31 by the second */
+    const __m512i up = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+    const __m512i down = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
     _Pragma("GCC unroll 2")
     for (int h = 0; h < 2; h++) {
-        __m256i p[4];
-        q6_k_half_codes(b, h, p);
-        q[2 * h] = join(p[0], p[1]);
-        q[2 * h + 1] = join(p[2], p[3]);
+        __m512i l = _mm512_loadu_si512(b->ql + 64 * h);
+        __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * h)));
+        /* (a & b) | c */
+        q[2 * h] = _mm512_ternarylogic_epi32(_mm512_sllv_epi16(qh, up), hi2,
+                                             _mm512_and_si512(l, low4), 0xea);
+        q[2 * h + 1] = _mm512_ternarylogic_epi32(
+            _mm512_srli_epi16(l, 4), low4, _mm512_and_si512(_mm512_srlv_epi16(qh, down), hi2),
+            0xea);
     }
     *sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
     /* each scale's int16 bits zero-extended: the high int16 of each lane is 0 */
@@ -484,10 +498,16 @@ static AI void tile_q6_k(const char *w, const char *x, size_t xs, int nb, const 
             /* q was stored +32: subtract 32 * sum_k sc_k * bsum_k */
             __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
             __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5);
-            is[k] = _mm256_sub_epi32(fold16(k_dot(q, scv, xv, _mm512_setzero_si512())), off);
+            is[k] = _mm256_sub_epi32(fold16(k_dot(q, scv, xv)), off);
         }
-        acc = k_step(acc, hsum8_s(is, S), _mm_setzero_si128(), 0, _cvtsh_ss(b->d), 0.0f,
-                     act_dk4(x, xs, i, S));
+        if (S == 1) /* k_step in lane 0 */
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum8_all(is[0])),
+                               _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(b->d)),
+                                          _mm_load_ss(&((const struct quant_block_q8_k *)x)[i].d)),
+                               acc);
+        else
+            acc = k_step(acc, hsum8_s(is, S), _mm_setzero_si128(), 0, _cvtsh_ss(b->d), 0.0f,
+                         act_dk4(x, xs, i, S));
     }
     store_s(acc, S, y, ys);
 }
