@@ -306,8 +306,25 @@ MATMUL_B32(matmul_q4_0, B32_Q4_0)
 MATMUL_B32(matmul_q5_0, B32_Q5_0)
 MATMUL_B32(matmul_iq4_nl, B32_IQ4_NL)
 
+/* A Q4_K/Q5_K block's scales and mins from their 12 packed bytes (q4_k_scales' formulas) with
+ * loads and lane-wise operations: r1 bytes 0..3 are scales 0..3, bytes 4..7 mins 0..3, bytes
+ * 8..11 mins 4..7; r2 bytes 0..3 scales 4..7. Words u0..u2 of the packed bytes are lined up by
+ * where the loads start (the block's head, its scales, 8 bytes on), all inside the block. */
+static AI void q4_k_scales_x(const uint8_t *head, const uint8_t *sc, __m128i *r1, __m128i *r2)
+{
+    const __m128i v = _mm_loadu_si128((const __m128i *)sc);        /* u0 u1 u2 u3 */
+    const __m128i vh = _mm_loadu_si128((const __m128i *)head);     /* (d, dmin) u0 u1 u2 */
+    const __m128i v8 = _mm_loadu_si128((const __m128i *)(sc + 8)); /* u2 u3 (codes) */
+    const __m128i hi2 = _mm_set1_epi8(0x30), low4 = _mm_set1_epi8(15);
+    __m128i x = _mm_and_si128(_mm_srlv_epi32(v, _mm_set_epi32(0, 4, 0, 0)),
+                              _mm_set_epi32(0, 0x0f0f0f0f, 0x3f3f3f3f, 0x3f3f3f3f));
+    *r1 = _mm_or_si128(x, _mm_and_si128(_mm_srli_epi32(vh, 2), _mm_set_epi32(0, 0x30303030, 0, 0)));
+    *r2 = _mm_or_si128(_mm_and_si128(v8, low4), _mm_and_si128(_mm_srli_epi32(v, 2), hi2));
+}
+
 /* Q4_K and Q5_K: sub-block by sub-block, each (weights, scales) pair used by all S sequences
- * before the next is decoded, so the tile fits AVX2's 16 registers. */
+ * before the next is decoded, so the tile fits AVX2's 16 registers. A sub-block's scale pair
+ * (sc, sc) is a broadcast load from a small table (no shuffle, no register held). */
 static AI void tile_q45_k(const char *w, const int five, const char *x, size_t xs, int nb,
                           const int S, float *y, size_t ys)
 {
@@ -321,10 +338,18 @@ static AI void tile_q45_k(const char *w, const int five, const char *x, size_t x
             prefetch_unit(b5 + ROW_PFK, sizeof *b5);
         else
             prefetch_unit(b4 + ROW_PFK, sizeof *b4);
-        __m128i sc16, m16;
-        q4_k_scales(five ? b5->scales : b4->scales, &sc16, &m16);
-        __m256i sc2 = _mm256_broadcastsi128_si256(sc16), isum[4], msum[4];
+        __m128i r1, r2;
+        q4_k_scales_x((const uint8_t *)(five ? (const void *)b5 : (const void *)b4),
+                      five ? b5->scales : b4->scales, &r1, &r2);
+        /* int32 j of the table: scale j twice as int16 */
+        const __m128i pair = _mm_set_epi8(-128, 3, -128, 3, -128, 2, -128, 2, -128, 1, -128, 1,
+                                          -128, 0, -128, 0);
+        float sct[8]; /* as float only to be broadcast by vbroadcastss, a load alone */
+        _mm_storeu_ps(sct, _mm_castsi128_ps(_mm_shuffle_epi8(r1, pair)));
+        _mm_storeu_ps(sct + 4, _mm_castsi128_ps(_mm_shuffle_epi8(r2, pair)));
+        __asm__("" : "+m"(sct)); /* else GCC takes the pairs from registers by shuffles */
         __m256i hq = five ? _mm256_loadu_si256((const __m256i *)b5->qh) : _mm256_setzero_si256();
+        __m256i isum[4], msum[4];
         const struct quant_block_q8_k *a[4];
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++) {
@@ -342,7 +367,8 @@ static AI void tile_q45_k(const char *w, const int five, const char *x, size_t x
                 q0 = _mm256_or_si256(q0, _mm256_slli_epi16(h0, 4));
                 q1 = _mm256_or_si256(q1, _mm256_slli_epi16(h1, 4));
             }
-            __m256i s0 = bcast16(sc2, 2 * c, 2 * c), s1 = bcast16(sc2, 2 * c + 1, 2 * c + 1);
+            __m256i s0 = _mm256_castps_si256(_mm256_broadcast_ss(sct + 2 * c));
+            __m256i s1 = _mm256_castps_si256(_mm256_broadcast_ss(sct + 2 * c + 1));
             _Pragma("GCC unroll 4")
             for (int k = 0; k < S; k++) {
                 __m256i x0 = _mm256_loadu_si256((const __m256i *)(a[k]->qs + 64 * c));
@@ -351,12 +377,26 @@ static AI void tile_q45_k(const char *w, const int five, const char *x, size_t x
             }
         }
         /* bsums k covers 16 elements; sub-block j is bsums 2j and 2j+1 */
-        __m256i mv = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
+        __m256i mv = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
+            r1, _mm_set_epi8(11, 11, 10, 10, 9, 9, 8, 8, 7, 7, 6, 6, 5, 5, 4, 4)));
         _Pragma("GCC unroll 4")
         for (int k = 0; k < S; k++)
             msum[k] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[k]->bsums), mv);
-        acc = k_step(acc, isum, msum, S, f16(five ? b5->d : b4->d),
-                     f16(five ? b5->dmin : b4->dmin), x, xs, i);
+        if (S == 1) {
+            /* k_step in lane 0: both sums in one reduction (lanes 0 and 2), d and dmin
+             * converted together, each times dx */
+            __m256i h = _mm256_hadd_epi32(isum[0], msum[0]);
+            __m128i t = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            __m128 f = _mm_cvtepi32_ps(_mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1)));
+            uint32_t dd;
+            memcpy(&dd, five ? (const void *)b5 : (const void *)b4, sizeof dd); /* d, dmin */
+            __m128 g = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)dd)), _mm_set1_ps(a[0]->d));
+            acc = _mm_fmadd_ps(f, g, acc);
+            acc = _mm_fnmadd_ps(_mm_movehl_ps(f, f), _mm_movehdup_ps(g), acc);
+        } else {
+            acc = k_step(acc, isum, msum, S, f16(five ? b5->d : b4->d),
+                         f16(five ? b5->dmin : b4->dmin), x, xs, i);
+        }
     }
     store_s(acc, S, y, ys);
 }
