@@ -216,16 +216,21 @@ static AI void amx_pf(const char *w0, const char *nx, size_t rb, int ng, int g)
 
 /* The 16 rows' results of sequences [0, ns) into y (sequence s's 16 floats at y + s * ys):
  * the accumulators (lane = sequence; at N = 8 two rows per register) transposed in
- * registers, one 64-byte store per sequence. */
+ * registers, one 64-byte store per sequence. Every loop over acc (here and in amx_rows16)
+ * is unrolled in full: with one loop left rolled (its bound na is a constant only after
+ * inlining) GCC 12 kept acc[] as an array on the stack, so each block's float step loaded
+ * and stored all 16 accumulators. */
 static AI void amx_store(const int N, __m512 acc[16], int ns, float *y, size_t ys)
 {
     __m512 t[16], u[16];
     const int na = N == 16 ? 16 : 8;
+    _Pragma("GCC unroll 16")
     for (int i = 0; i < na; i += 2) {
         t[i] = _mm512_unpacklo_ps(acc[i], acc[i + 1]);
         t[i + 1] = _mm512_unpackhi_ps(acc[i], acc[i + 1]);
     }
     /* u[4k + j], 128-bit lane L: element 4L + j of acc[4k..4k+3] */
+    _Pragma("GCC unroll 16")
     for (int k = 0; k < na; k += 4) {
         u[k] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
         u[k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k]), _mm512_castps_pd(t[k + 2])));
@@ -233,6 +238,7 @@ static AI void amx_store(const int N, __m512 acc[16], int ns, float *y, size_t y
         u[k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[k + 1]), _mm512_castps_pd(t[k + 3])));
     }
     if (N == 16) {
+        _Pragma("GCC unroll 16")
         for (int j = 0; j < 4; j++) {
             __m512 v01 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x44);
             __m512 v23 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xee);
@@ -240,6 +246,7 @@ static AI void amx_store(const int N, __m512 acc[16], int ns, float *y, size_t y
             __m512 w23 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xee);
             __m512 c[4] = {_mm512_shuffle_f32x4(v01, w01, 0x88), _mm512_shuffle_f32x4(v01, w01, 0xdd),
                            _mm512_shuffle_f32x4(v23, w23, 0x88), _mm512_shuffle_f32x4(v23, w23, 0xdd)};
+            _Pragma("GCC unroll 16")
             for (int q = 0; q < 4; q++)
                 if (4 * q + j < ns)
                     _mm512_storeu_ps(y + (size_t)(4 * q + j) * ys, c[q]);
@@ -249,6 +256,7 @@ static AI void amx_store(const int N, __m512 acc[16], int ns, float *y, size_t y
          * 6 of sequence j / 4 + j, lanes 2/3 rows 1, 3, 5, 7; u[4 + j] the next 8 rows */
         const __m512i lo = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 16, 24, 17, 25, 18, 26, 19, 27);
         const __m512i hi = _mm512_setr_epi32(4, 12, 5, 13, 6, 14, 7, 15, 20, 28, 21, 29, 22, 30, 23, 31);
+        _Pragma("GCC unroll 16")
         for (int j = 0; j < 4; j++) {
             if (j < ns)
                 _mm512_storeu_ps(y + (size_t)j * ys, _mm512_permutex2var_ps(u[j], lo, u[4 + j]));
@@ -270,6 +278,7 @@ static AI void amx_rows16(const int N, const char *w0, size_t rb, int ng, const 
     float sc[16] __attribute__((aligned(64)));
     __m512 acc[16], scv;
     const int na = N == 16 ? 16 : 8;
+    _Pragma("GCC unroll 16")
     for (int m = 0; m < na; m++)
         acc[m] = _mm512_setzero_ps();
 #define AMX_DX(g) ((const float *)(P + (size_t)(g) * AMX_BLK(N) + 32 * N))
