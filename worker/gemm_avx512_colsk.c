@@ -173,10 +173,13 @@ static AI void colsk_rows(const int six, const int H, const char *w0, size_t rb,
         acc[r] = _mm512_setzero_ps();
     for (int i = 0; i < nb; i++) {
         const char *wb = w0 + (size_t)i * bb;
+        /* COLSK_PF superblocks ahead, past a row's end the next block's row (rows are nb * bb
+         * bytes: R - 1 rows on from the same row's continuation) */
+        const size_t pfo = i + COLSK_PF < nb ? COLSK_PF * bb : COLSK_PF * bb + (size_t)(R - 1) * rb;
         __m512i isum[COLSK_R], msum[COLSK_R];
         _Pragma("GCC unroll 8")
         for (int r = 0; r < R; r++) {
-            const char *pf = wb + (size_t)r * rb + COLSK_PF * bb;
+            const char *pf = wb + (size_t)r * rb + pfo;
             _mm_prefetch(pf, _MM_HINT_T0);
             _mm_prefetch(pf + 64, _MM_HINT_T0);
             _mm_prefetch(pf + 128, _MM_HINT_T0);
