@@ -63,10 +63,12 @@ static AI void cols_rows(const enum ggml_type t, const int ones, const char *w0,
         acc[r] = _mm512_setzero_ps();
     for (int g = 0; g < ng; g++) {
         const char *wb = w0 + (size_t)g * bb;
+        /* past a row's end the next block's row (as gemm_avx512_colsk.c) */
+        const size_t pfo = g + COLS_PF < ng ? COLS_PF * bb : COLS_PF * bb + (size_t)(R - 1) * rb;
         __m512i ia[COLS_R];
         _Pragma("GCC unroll 8")
         for (int r = 0; r < R; r++)
-            _mm_prefetch(wb + (size_t)r * rb + COLS_PF * bb, _MM_HINT_T0);
+            _mm_prefetch(wb + (size_t)r * rb + pfo, _MM_HINT_T0);
         _Pragma("GCC unroll 8")
         for (int r = 0; r < R; r++)
             ia[r] = P->ic[g];
