@@ -463,9 +463,12 @@ static AI void k_rows(const enum ggml_type t, const int R, const int V, const ch
         int32_t mp[COLS_RK][8];
         float d[COLS_RK], dmin[COLS_RK];
         const char *wb = w0 + (size_t)sb * bb;
+        /* COLS_PFK superblocks ahead; past a row's end, the same row of the next block of rows
+         * (R - 1 rows on from the row's continuation, which is a row this block reads) */
+        const size_t pfo = sb + COLS_PFK < nsb ? COLS_PFK * bb : COLS_PFK * bb + (size_t)(R - 1) * rb;
         for (int r = 0; r < R; r++) {
             for (size_t o = 0; o < bb; o += 64)
-                _mm_prefetch(wb + (size_t)r * rb + COLS_PFK * bb + o, _MM_HINT_T0);
+                _mm_prefetch(wb + (size_t)r * rb + pfo + o, _MM_HINT_T0);
             k_decode(t, wb + (size_t)r * rb, q[r], sc[r], mp[r], &d[r], &dmin[r]);
         }
         const __m256i *x = P->x[64 * sb];
