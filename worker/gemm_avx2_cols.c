@@ -197,6 +197,22 @@ static AI void cols_dot(const enum ggml_type t, const int V, const char *w, cons
 
 /* R rows (rb bytes apart, from w0) over ng blocks against V vectors of the panel:
  * out[16 * r + 8 * v + l]. */
+/* A 32-element block's f16 scale (its first two bytes), in every lane. */
+static AI __m256 block_scale(const char *w)
+{
+    uint16_t h;
+    memcpy(&h, w, sizeof h);
+    return _mm256_set1_ps(_cvtsh_ss(h));
+}
+
+/* matmul_b32's float step for a block, the same operations in the same order:
+ * acc + float(ia) * (sc * dx). */
+static AI __m256 b32_step(__m256 acc, __m256i ia, __m256 sc, const __m256 *dx)
+{
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia), _mm256_mul_ps(sc, _mm256_load_ps((const float *)dx)),
+                           acc);
+}
+
 static AI void cols_rows(const enum ggml_type t, const int R, const int V, const char *w0,
                          size_t rb, int ng, const struct cols_panel *P, float *out)
 {
@@ -230,15 +246,10 @@ static AI void cols_rows(const enum ggml_type t, const int R, const int V, const
                 c = (const char *)q5;
             }
             cols_dot(t, V, c, x, ia);
-            uint16_t h;
-            memcpy(&h, wr, sizeof h);
-            __m256 sc = _mm256_set1_ps(_cvtsh_ss(h));
-            /* matmul_b32's step: the same operations in the same order */
+            const __m256 sc = block_scale(wr);
             _Pragma("GCC unroll 2")
             for (int v = 0; v < V; v++)
-                acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[v]),
-                                            _mm256_mul_ps(sc, _mm256_load_ps((const float *)&P->dx[g][v])),
-                                            acc[r][v]);
+                acc[r][v] = b32_step(acc[r][v], ia[v], sc, &P->dx[g][v]);
         }
     }
     _Pragma("GCC unroll 8")
@@ -310,19 +321,14 @@ static AI void q8n_rows(const int R, const int V, const char *w0, size_t rb, int
         }
         _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++) {
-            uint16_t h;
-            memcpy(&h, wb + (size_t)r * rb, sizeof h);
-            __m256 sc = _mm256_set1_ps(_cvtsh_ss(h));
+            const __m256 sc = block_scale(wb + (size_t)r * rb);
             _Pragma("GCC unroll 2")
             for (int v = 0; v < V; v++) {
                 __m256i ia = _mm256_add_epi32(
                     _mm256_load_si256(&P->ic[g][v]),
                     _mm256_add_epi32(_mm256_madd_epi16(pl[r][v], _mm256_set1_epi16(1)),
                                      _mm256_madd_epi16(ph[r][v], _mm256_set1_epi16(16))));
-                /* matmul_b32's step: the same operations in the same order */
-                acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia),
-                                            _mm256_mul_ps(sc, _mm256_load_ps((const float *)&P->dx[g][v])),
-                                            acc[r][v]);
+                acc[r][v] = b32_step(acc[r][v], ia, sc, &P->dx[g][v]);
             }
         }
     }
