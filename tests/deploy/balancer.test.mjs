@@ -138,9 +138,12 @@ async function scenario(t, name, startBalancer) {
     const L = load(front);
     await sleep(800);
     // 1. kill -9 one kiln front (its worker follows through PDEATHSIG)
+    // A request sent between the kill and the process's end may still reach the dying
+    // front: it counts as running there, and "after the kill" begins once its exit is seen.
     const tKill = Date.now();
     process.kill(a.pid, "SIGKILL");
-    await waitExit(a, 5000);
+    assert.ok(await waitExit(a, 5000), "the killed front did not exit");
+    const tDead = Date.now();
     await sleep(800);
     // 2. restart it on its port, wait until it serves, then SIGTERM the other
     a = await startKiln(portA);
@@ -159,8 +162,8 @@ async function scenario(t, name, startBalancer) {
     const tEnd = Date.now();
 
     const r = L.reqs;
-    const inFlightAtKill = r.filter((x) => x.start < tKill && x.end >= tKill);
-    const afterKill = r.filter((x) => x.start >= tKill);
+    const inFlightAtKill = r.filter((x) => x.start < tDead && x.end >= tKill);
+    const afterKill = r.filter((x) => x.start >= tDead);
     const count = (xs) => ({ total: xs.length, ok: xs.filter((x) => x.ok).length,
       failed: xs.filter((x) => !x.ok && !x.hung).length, hung: xs.filter((x) => x.hung).length });
     const report = {
@@ -177,11 +180,12 @@ async function scenario(t, name, startBalancer) {
     assert.equal(report.all.hung, 0, "a request hung");
     assert.ok(bExited, "the SIGTERMed instance did not exit within its drain");
     // every request that began after the kill was served (by the other instance, or by the
-    // restarted one): only those running on the killed front may fail
+    // restarted one); both balancers re-run elsewhere a non-streamed request that was running
+    // on the killed front (nothing had reached its client), so none of those fails either
     const bad = afterKill.filter((x) => !x.ok);
     if (bad.length) console.log(`${name}: failed after the kill: ${JSON.stringify(bad.slice(0, 5).map((x) => ({ ...x, start: x.start - tTerm, end: x.end - tTerm })))}`);
     assert.equal(bad.length, 0, `requests begun after the kill failed: ${JSON.stringify(bad.slice(0, 3))}`);
-    assert.ok(report.in_flight_at_kill.failed <= CLIENTS);
+    assert.equal(report.in_flight_at_kill.failed, 0, "a request running on the killed front was not re-run");
     assert.ok(report.after_kill.ok > CLIENTS * 3, "too few requests went through");
   } finally {
     for (const p of procs) killGroup(p);
