@@ -44,7 +44,9 @@
 
 /* The longest row taken (elements), for the thread's panel. */
 #define COLS_MAXK 16384
-/* Blocks ahead each row is prefetched (as gemm_avx512_cols.c). */
+/* Blocks ahead each row is prefetched (as gemm_avx512_cols.c); past a row's end, the same row
+ * of the next block of rows (as k_rows), so a block of short rows (SmolLM's 576 elements: 18
+ * blocks) does not start on misses. */
 #define COLS_PF 12
 /* Rows computed together for one vector of sequences (up to 8) and for two (up to 16). */
 #ifndef COLS_R1
@@ -228,9 +230,10 @@ static AI void cols_rows(const enum ggml_type t, const int R, const int V, const
     for (int g = 0; g < ng; g++) {
         const char *wb = w0 + (size_t)g * bb;
         const __m256i *x = P->x[8 * g];
+        const size_t pfo = g + COLS_PF < ng ? COLS_PF * bb : COLS_PF * bb + (size_t)(R - 1) * rb;
         _Pragma("GCC unroll 8")
         for (int r = 0; r < R; r++)
-            _mm_prefetch(wb + (size_t)r * rb + COLS_PF * bb, _MM_HINT_T0);
+            _mm_prefetch(wb + (size_t)r * rb + pfo, _MM_HINT_T0);
         _Pragma("GCC unroll 8")
         for (int r = 0; r < R; r++) {
             __m256i ia[2];
@@ -287,10 +290,11 @@ static AI void q8n_rows(const int R, const int V, const char *w0, size_t rb, int
     for (int g = 0; g < ng; g++) {
         const char *wb = w0 + (size_t)g * bb;
         uint8_t u[Q8N_R][2 * QUANT_QK] __attribute__((aligned(32)));
+        const size_t pfo = g + COLS_PF < ng ? COLS_PF * bb : COLS_PF * bb + (size_t)(R - 1) * rb;
         _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++) {
             const char *wr = wb + (size_t)r * rb;
-            _mm_prefetch(wr + COLS_PF * bb, _MM_HINT_T0);
+            _mm_prefetch(wr + pfo, _MM_HINT_T0);
             __m256i c = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(wr + 2)),
                                          _mm256_set1_epi8((char)0x80));
             _mm256_store_si256((__m256i *)u[r], _mm256_and_si256(c, low4));
