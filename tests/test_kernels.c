@@ -375,6 +375,55 @@ static void test_kernels_avxvnni_decode_of_8_to_16_sequences_matches_one_at_a_ti
     check_decode_counts(KERN_SET_AVXVNNI);
 }
 
+/* Q8_0 weights whose codes are random bytes (-128 included, which quantizing never gives): 8
+ * to 16 decode sequences still give each sequence the bits it gets alone (the lane kernels'
+ * int16 partial sums stay exact over every code). */
+static void check_decode_q8_0_every_code(enum kern_set set)
+{
+    const struct kern_ops *k = kern_ops_get(set);
+    const int rows = 13, cols = 544;
+    struct problem p;
+    unsigned seed = 7u;
+    if (!k)
+        skip();
+    problem_init(&p, GGML_TYPE_Q8_0, rows, cols, 16, 41u);
+    struct quant_block_q8_0 *b = p.w;
+    for (size_t i = 0; i < quant_row_bytes(p.t, cols) * rows / sizeof *b; i++)
+        for (int l = 0; l < QUANT_QK; l++) {
+            seed = seed * 1103515245u + 12345u;
+            b[i].qs[l] = (int8_t)(seed >> 16);
+        }
+    float *alone = calloc((size_t)16 * rows, sizeof(float));
+    assert_non_null(alone);
+    for (int s = 0; s < 16; s++) {
+        float *y1 = run(k, &p, 1, s, 0, rows);
+        memcpy(alone + (size_t)s * rows, y1, sizeof(float) * (size_t)rows);
+        free(y1);
+    }
+    for (int n = 8; n <= 16; n++) {
+        float *y = run(k, &p, n, 0, 0, rows);
+        for (int i = 0; i < n * rows; i++)
+            if (memcmp(&y[i], &alone[i], sizeof(float)) != 0)
+                fail_msg("%s Q8_0 (random codes) n_seq %d r %d s %d: %a, alone %a", k->name, n,
+                         i % rows, i / rows, (double)y[i], (double)alone[i]);
+        free(y);
+    }
+    free(alone);
+    problem_free(&p);
+}
+
+static void test_kernels_avx2_decode_of_q8_0_takes_every_code(void **state)
+{
+    (void)state;
+    check_decode_q8_0_every_code(KERN_SET_AVX2);
+}
+
+static void test_kernels_avxvnni_decode_of_q8_0_takes_every_code(void **state)
+{
+    (void)state;
+    check_decode_q8_0_every_code(KERN_SET_AVXVNNI);
+}
+
 static void test_kernels_scalar_batching_changes_nothing(void **state)
 {
     (void)state;
@@ -1109,6 +1158,8 @@ int main(void)
         cmocka_unit_test(test_kernels_avx512_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx2_decode_of_8_to_16_sequences_matches_one_at_a_time),
         cmocka_unit_test(test_kernels_avxvnni_decode_of_8_to_16_sequences_matches_one_at_a_time),
+        cmocka_unit_test(test_kernels_avx2_decode_of_q8_0_takes_every_code),
+        cmocka_unit_test(test_kernels_avxvnni_decode_of_q8_0_takes_every_code),
         cmocka_unit_test(test_kernels_scalar_gemm_rows_equal_matmul_rows),
         cmocka_unit_test(test_kernels_avx2_gemm_rows_equal_matmul_rows),
         cmocka_unit_test(test_kernels_avxvnni_gemm_rows_equal_matmul_rows),

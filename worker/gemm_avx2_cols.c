@@ -9,13 +9,13 @@
  * The integer dot: with AVX-VNNI (gemm_avxvnni_cols.c builds this file with -mavxvnni) one
  * vpdpbusd per vector, the codes made unsigned (Q8_0 and IQ4_NL xor 0x80, Q4_0's nibbles and
  * Q5_0's 5-bit codes as they are) and their zero point taken off as -zero * sum(activation
- * bytes) per block, from which each sum starts. Without it maddubs + madd: Q8_0's codes made
- * unsigned the same way are split into two nibbles that multiply the activations directly
- * (q8n_rows), IQ4_NL gives maddubs |w| and moves w's sign onto the activations (each pair at
- * most 2 * 128 * 127, which fits int16); Q4_0's nibbles (<= 15) multiply the activations directly
- * and a whole block of pairs is summed in int16 (16 products of at most 15 * 128: 30720)
- * before one madd, Q5_0's codes (<= 31, decoded once per row and block) half a block (8
- * products of at most 31 * 128: 31744).
+ * bytes) per block, from which each sum starts. Without it maddubs + madd: Q8_0's activations
+ * are split in the panel into low nibbles and signed high nibbles, which the codes multiply
+ * directly (q8x_rows), IQ4_NL gives maddubs |w| and moves w's sign onto the activations (each
+ * pair at most 2 * 128 * 127, which fits int16); Q4_0's nibbles (<= 15) multiply the
+ * activations directly and a whole block of pairs is summed in int16 (16 products of at most
+ * 15 * 128: 30720) before one madd, Q5_0's codes (<= 31, decoded once per row and block)
+ * half a block (8 products of at most 31 * 128: 31744).
  *
  * Either way the block's integer sum is exact, and the float step per (row, sequence) is
  * kernels_avx2.c's matmul_b32 and gemm_avx2.c's tile: acc = fma(float(sum), dw * dx, acc)
@@ -47,7 +47,9 @@
 /* Blocks ahead each row is prefetched (as gemm_avx512_cols.c); past a row's end, the same row
  * of the next block of rows (as k_rows), so a block of short rows (SmolLM's 576 elements: 18
  * blocks) does not start on misses. */
+#ifndef COLS_PF
 #define COLS_PF 12
+#endif
 /* Rows computed together for one vector of sequences (up to 8) and for two (up to 16). */
 #ifndef COLS_R1
 #define COLS_R1 8
@@ -67,8 +69,12 @@
 
 struct cols_panel {
     __m256i x[COLS_MAXK / 4][2];        /* [t][v], lane l: dword t of sequence 8v + l */
+#ifndef __AVXVNNI__
+    __m256i xh[COLS_MAXK / 4][2]; /* Q8_0 (q8x_rows): x >> 4 of each byte; x holds x & 15 */
+#endif
     __m256 dx[COLS_MAXK / QUANT_QK][2]; /* lane l: the block's scale (Q8_K: superblock's) */
-    __m256i ic[COLS_MAXK / QUANT_QK][2]; /* lane l: -zero * sum of the block's bytes */
+    __m256i ic[COLS_MAXK / QUANT_QK][2]; /* lane l: -zero * sum of the block's bytes (q8x_rows:
+                                          * -16 * 128 * sum of its x >> 4) */
     /* Q8_K: per superblock, int16 pairs of sums of 16 (Q6_K's sub-blocks) or 32 (Q4_K's)
      * activation bytes, sub-blocks 2i and 2i+1 in pair i */
     __m256i bs[COLS_MAXK / QUANT_QK_K][8][2];
@@ -181,12 +187,6 @@ static AI void cols_dot(const enum ggml_type t, const int V, const char *w, cons
         }
         return;
     }
-    if (t == GGML_TYPE_Q8_0) {
-        _Pragma("GCC unroll 8")
-        for (int j = 0; j < 8; j++)
-            sgn_dot(_mm256_set1_epi32(ld32(w + 4 * j)), V, x + 2 * j, ia);
-        return;
-    }
     _Pragma("GCC unroll 4")
     for (int j = 0; j < 4; j++) {
         __m256i c = _mm256_set1_epi32(ld32(w + 4 * j));
@@ -263,25 +263,29 @@ static AI void cols_rows(const enum ggml_type t, const int R, const int V, const
 }
 
 #ifndef __AVXVNNI__
-/* Q8_0 on plain AVX2 at 9 to 16 sequences (V = 2): R rows against the panel, as cols_rows
- * (the same block sums, the same float step) but with each code w taken as
- * u = w + 128 = 16 uh + ul, nibbles 0..15: per 4 codes and vector two maddubs (ul and uh
- * against the activations) and two int16 adds, each nibble's products summed over the whole
- * block in int16 (16 of at most 15 * 128: 30720), then one madd by 1 and one by 16; the 128
- * comes off as the panel's -128 * sum(x) per block. The sign path (cols_dot) takes a sign, a
- * maddubs, a madd and an add per 4 codes and vector, and an abs per 4 codes: three of its
- * four ops need Intel's two multiply ports, here half do. llvm-mca per row and block of 16
- * sequences: 22 cycles against 31.5 (icelake-server), 18.9 against 20.5 (znver3). At 8
- * sequences the two broadcasts per dword are not shared (znver3 13.1 against 10.7), so those
- * stay on the sign path. The rows run inside each dword so the panel's vectors load once for
- * both rows (Zen 3 takes two vector loads a cycle). */
-#define Q8N_R 2
-static AI void q8n_rows(const int R, const int V, const char *w0, size_t rb, int ng,
+/* Q8_0 on plain AVX2, lane = sequence: each activation byte x split in the panel as
+ * x = 16 xh + xl, xl = x & 15 (0..15), xh = x >> 4 (-8..7). Per 4 codes w, broadcast raw from
+ * the row, and per vector: maddubs(xl, w) (pairs of at most 15 * 128) and
+ * maddubs(w + 128, xh) (pairs of at most 255 * 8), each summed over the whole block in int16
+ * (8 pairs: 30720 and 32640), then one madd by 1 and one by 16; the 128 comes off as the
+ * panel's -16 * 128 * sum(xh) per block. Two multiply-port ops per 4 codes and vector (the
+ * sign path, maddubs of |w| and sign(x, w) then madd: three), one broadcast per 4 codes and
+ * row, straight from W, no decode of the row. bench_kernels (avx2, Q8_0, CPU ms per call, best
+ * of 4): 2048x5632 at 8 sequences 1.591 -> 1.492, at 16 3.009 -> 2.537 (against the sign
+ * path at 8 and the nibble-split codes at 16, both with this prefetch). */
+#ifndef Q8X_R1
+#define Q8X_R1 4
+#endif
+#ifndef Q8X_R2
+#define Q8X_R2 2
+#endif
+#define Q8X_R (Q8X_R1 > Q8X_R2 ? Q8X_R1 : Q8X_R2)
+static AI void q8x_rows(const int R, const int V, const char *w0, size_t rb, int ng,
                         const struct cols_panel *P, float *out)
 {
     const size_t bb = sizeof(struct quant_block_q8_0);
-    const __m256i low4 = _mm256_set1_epi8(15);
-    __m256 acc[Q8N_R][2];
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    __m256 acc[Q8X_R][2];
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++)
         _Pragma("GCC unroll 2")
@@ -289,36 +293,29 @@ static AI void q8n_rows(const int R, const int V, const char *w0, size_t rb, int
             acc[r][v] = _mm256_setzero_ps();
     for (int g = 0; g < ng; g++) {
         const char *wb = w0 + (size_t)g * bb;
-        uint8_t u[Q8N_R][2 * QUANT_QK] __attribute__((aligned(32)));
         const size_t pfo = g + COLS_PF < ng ? COLS_PF * bb : COLS_PF * bb + (size_t)(R - 1) * rb;
         _Pragma("GCC unroll 4")
-        for (int r = 0; r < R; r++) {
-            const char *wr = wb + (size_t)r * rb;
-            _mm_prefetch(wr + pfo, _MM_HINT_T0);
-            __m256i c = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(wr + 2)),
-                                         _mm256_set1_epi8((char)0x80));
-            _mm256_store_si256((__m256i *)u[r], _mm256_and_si256(c, low4));
-            _mm256_store_si256((__m256i *)u[r] + 1,
-                               _mm256_and_si256(_mm256_srli_epi16(c, 4), low4));
-        }
-        const __m256i *x = P->x[8 * g];
-        __m256i pl[Q8N_R][2], ph[Q8N_R][2];
+        for (int r = 0; r < R; r++)
+            _mm_prefetch(wb + (size_t)r * rb + pfo, _MM_HINT_T0);
+        __m256i pl[Q8X_R][2], ph[Q8X_R][2];
         _Pragma("GCC unroll 8")
         for (int j = 0; j < 8; j++) {
-            __m256i xv[2];
+            __m256i xl[2], xh[2];
             _Pragma("GCC unroll 2")
-            for (int v = 0; v < V; v++)
-                xv[v] = _mm256_load_si256(&x[2 * j + v]);
+            for (int v = 0; v < V; v++) {
+                xl[v] = _mm256_load_si256(&P->x[8 * g + j][v]);
+                xh[v] = _mm256_load_si256(&P->xh[8 * g + j][v]);
+            }
             _Pragma("GCC unroll 4")
             for (int r = 0; r < R; r++) {
-                __m256i cl = bcast_ld(u[r] + 4 * j), ch = bcast_ld(u[r] + 32 + 4 * j);
+                __m256i w = bcast_ld(wb + (size_t)r * rb + 2 + 4 * j);
+                __m256i u = _mm256_xor_si256(w, flip);
                 _Pragma("GCC unroll 2")
                 for (int v = 0; v < V; v++) {
-                    __m256i ql = _mm256_maddubs_epi16(cl, xv[v]);
-                    __m256i qh = _mm256_maddubs_epi16(ch, xv[v]);
+                    __m256i ql = _mm256_maddubs_epi16(xl[v], w);
+                    __m256i qh = _mm256_maddubs_epi16(u, xh[v]);
                     pl[r][v] = j ? _mm256_add_epi16(pl[r][v], ql) : ql;
                     ph[r][v] = j ? _mm256_add_epi16(ph[r][v], qh) : qh;
-                    /* chains, not a tree that spills (as k_sub) */
                     __asm__("" : "+x"(pl[r][v]), "+x"(ph[r][v]));
                 }
             }
@@ -553,9 +550,11 @@ static void cols_any(enum ggml_type t, int V, int R, const char *w0, size_t rb, 
 #else
     {
         if (V == 1)
-            COLS_T(GGML_TYPE_Q8_0);
+            R == Q8X_R1 ? q8x_rows(Q8X_R1, 1, w0, rb, ng, P, out)
+                        : q8x_rows(1, 1, w0, rb, ng, P, out);
         else
-            R == Q8N_R ? q8n_rows(Q8N_R, 2, w0, rb, ng, P, out) : q8n_rows(1, 2, w0, rb, ng, P, out);
+            R == Q8X_R2 ? q8x_rows(Q8X_R2, 2, w0, rb, ng, P, out)
+                        : q8x_rows(1, 2, w0, rb, ng, P, out);
     }
 #endif
     else if (t == GGML_TYPE_Q4_0)
@@ -624,21 +623,24 @@ int COLS_FN(const struct kern_mat *W, const struct kern_act *X, int n_seq, float
 #ifdef __AVXVNNI__
     const int zero = t == GGML_TYPE_Q4_0 ? 8 : t == GGML_TYPE_Q5_0 ? 16 : 128;
 #else
-    const int zero = t == GGML_TYPE_Q4_0   ? 8
-                     : t == GGML_TYPE_Q5_0 ? 16
-                     : t == GGML_TYPE_Q8_0 && n_seq > 8 ? 128 /* q8n_rows */
-                                                        : 0;
+    /* Q8_0: q8x_rows (its own correction, from the split activations) */
+    const int zero = t == GGML_TYPE_Q4_0 ? 8 : t == GGML_TYPE_Q5_0 ? 16 : 0;
 #endif
     const int ng = W->cols / (kq ? QUANT_QK_K : QUANT_QK), V = n_seq > 8 ? 2 : 1;
+#ifdef __AVXVNNI__
+    const int q8x = 0;
+#else
+    const int q8x = t == GGML_TYPE_Q8_0;
+#endif
     if (kq)
         panel_q8_k(t, X, n_seq, V, ng, &P);
     for (int g = 0; !kq && g < ng; g++) {
-        int32_t xd[8][16], ic[16];
+        int32_t xd[8][16], xh[8][16], ic[16];
         float dx[16];
         for (int s = 0; s < 8 * V; s++) {
             if (s >= n_seq) {
                 for (int j = 0; j < 8; j++)
-                    xd[j][s] = 0;
+                    xd[j][s] = xh[j][s] = 0;
                 dx[s] = 0.0f;
                 ic[s] = 0;
                 continue;
@@ -647,16 +649,35 @@ int COLS_FN(const struct kern_mat *W, const struct kern_act *X, int n_seq, float
                 (const struct quant_block_q8_0 *)((const char *)X->data +
                                                   (size_t)s * X->stride) + g;
             int sum = 0;
-            for (int l = 0; l < QUANT_QK; l++)
-                sum += b->qs[l];
-            for (int j = 0; j < 8; j++)
-                xd[j][s] = ld32(b->qs + 4 * j);
+            if (q8x) {
+                int8_t lo[QUANT_QK], hi[QUANT_QK];
+                for (int l = 0; l < QUANT_QK; l++) {
+                    lo[l] = (int8_t)(b->qs[l] & 15);
+                    hi[l] = (int8_t)(b->qs[l] >> 4);
+                    sum += hi[l];
+                }
+                for (int j = 0; j < 8; j++) {
+                    xd[j][s] = ld32(lo + 4 * j);
+                    xh[j][s] = ld32(hi + 4 * j);
+                }
+                ic[s] = -16 * 128 * sum;
+            } else {
+                for (int l = 0; l < QUANT_QK; l++)
+                    sum += b->qs[l];
+                for (int j = 0; j < 8; j++)
+                    xd[j][s] = ld32(b->qs + 4 * j);
+                ic[s] = -zero * sum;
+            }
             dx[s] = _cvtsh_ss(b->d);
-            ic[s] = -zero * sum;
         }
         for (int v = 0; v < V; v++) {
             for (int j = 0; j < 8; j++)
                 P.x[8 * g + j][v] = _mm256_loadu_si256((const __m256i *)&xd[j][8 * v]);
+#ifndef __AVXVNNI__
+            if (q8x)
+                for (int j = 0; j < 8; j++)
+                    P.xh[8 * g + j][v] = _mm256_loadu_si256((const __m256i *)&xh[j][8 * v]);
+#endif
             P.dx[g][v] = _mm256_loadu_ps(&dx[8 * v]);
             P.ic[g][v] = _mm256_loadu_si256((const __m256i *)&ic[8 * v]);
         }
@@ -667,7 +688,7 @@ int COLS_FN(const struct kern_mat *W, const struct kern_act *X, int n_seq, float
     const int RV = kq ? COLS_RK : V == 1 ? COLS_R1 : COLS_R2;
 #else
     const int RV = kq ? COLS_RK
-                 : t == GGML_TYPE_Q8_0 && V == 2 ? Q8N_R
+                 : q8x ? (V == 2 ? Q8X_R2 : Q8X_R1)
                  : V == 1 ? COLS_R1 : COLS_R2;
 #endif
     for (int r = row_begin; r < row_end;) {
