@@ -512,6 +512,152 @@ static AI void tile_q6_k(const char *w, const char *x, size_t xs, int nb, const 
     store_s(acc, S, y, ys);
 }
 
+/* ---- four rows against one sequence (batch-1 decode) ----
+ * Four adjacent rows share each activation superblock's loads and, the point of it, reduce
+ * their superblock sums together: one transposed reduction leaves row k's exact sums in lane
+ * k, and the four rows' float steps are then lane-wise operations, lane k being tile_q*_k's
+ * S = 1 chain of row k (the same integers, conversions and order: the same bits). On a
+ * Zen 5 a lone Q4_K row in cache spent about a third of its time on its own reduction and
+ * float step (dropping them took it from 4.5 to 3.2 ns per superblock), which left it
+ * compute-bound at ~30 GB/s; four rows share one reduction instead. */
+
+/* Lanes 0..7 the sums of the 16 lanes of a, b, c, d and of the 8 lanes of e, f, g, h, each
+ * a row's, in the order a, b, c, d, e, f, g, h (exact). */
+static AI __m256i sum4x2(__m512i a, __m512i b, __m512i c, __m512i d, __m256i e, __m256i f,
+                         __m256i g, __m256i h)
+{
+    /* halves folded: [a | b] and [c | d], 8 lanes each; [e | f] and [g | h] */
+    __m512i ab = _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, 0x44),
+                                  _mm512_shuffle_i64x2(a, b, 0xee));
+    __m512i cd = _mm512_add_epi32(_mm512_shuffle_i64x2(c, d, 0x44),
+                                  _mm512_shuffle_i64x2(c, d, 0xee));
+    __m512i ef = join(e, f), gh = join(g, h);
+    /* each 128-bit lane: two-lane sums of ab, cd interleaved, then of ef, gh */
+    __m512i p = _mm512_add_epi32(_mm512_unpacklo_epi32(ab, cd), _mm512_unpackhi_epi32(ab, cd));
+    __m512i q = _mm512_add_epi32(_mm512_unpacklo_epi32(ef, gh), _mm512_unpackhi_epi32(ef, gh));
+    /* each 128-bit lane: four-lane sums (ab, cd, ef, gh) */
+    __m512i r = _mm512_add_epi32(_mm512_unpacklo_epi64(p, q), _mm512_unpackhi_epi64(p, q));
+    /* 128-bit lanes 0 + 1 (a, c, e, g) and 2 + 3 (b, d, f, h) */
+    __m512i t = _mm512_add_epi32(r, _mm512_shuffle_i64x2(r, r, 0xb1));
+    return _mm512_castsi512_si256(_mm512_permutexvar_epi32(
+        _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 11, 3, 10, 2, 9, 1, 8, 0), t));
+}
+
+/* Steps (a superblock of each of the four rows) ahead that rows4_q*_k1 prefetch. Four rows
+ * read at once are four streams, which the hardware prefetcher follows less well than the
+ * one of a lone row: by bench_model's CPU ms per step (TinyLlama Q4_K and Q4_K_M, three
+ * alternating rounds) 32 steps beat 16 and 24, and 2 to 8 were slower than single rows. */
+#ifndef ROW4_PFK
+#define ROW4_PFK 32
+#endif
+
+/* Where a group of four rows prefetches at step i: the superblock ROW4_PFK steps on, in the
+ * group then being read (groups follow each other in memory), p for row 0 and p + r * rb
+ * for row r. */
+struct pf4 {
+    const char *p, *group;
+    size_t rb, bs;
+    int j, nb;
+};
+
+static AI struct pf4 pf4_start(const char *w, size_t rb, int nb, size_t bs)
+{
+    struct pf4 pf = {.group = w + (size_t)(ROW4_PFK / nb) * 4 * rb, .rb = rb, .bs = bs,
+                     .j = ROW4_PFK % nb, .nb = nb};
+    pf.p = pf.group + (size_t)pf.j * bs;
+    return pf;
+}
+
+static AI void pf4_next(struct pf4 *pf)
+{
+    if (++pf->j == pf->nb) {
+        pf->j = 0;
+        pf->group += 4 * pf->rb;
+        pf->p = pf->group;
+    } else {
+        pf->p += pf->bs;
+    }
+}
+
+/* Rows w, w + rb, w + 2 rb, w + 3 rb (nb superblocks each) against one Q8_K activation x:
+ * y[r] for row r, the bits of tile_q4_k at S = 1. */
+static AI void rows4_q4_k1(const char *w, size_t rb, const char *x, int nb, float *y)
+{
+    struct pf4 pf = pf4_start(w, rb, nb, sizeof(struct quant_block_q4_k));
+    /* per dword (d, dmin): the four d, then the four dmin */
+    const __m128i dsplit = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    __m128 acc = _mm_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)x + i;
+        __m512i xv[4], is[4];
+        __m256i ms[4];
+        uint32_t dd[4];
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < 4; c++)
+            xv[c] = _mm512_loadu_si512(a->qs + 64 * c);
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < 4; r++) {
+            __m512i q[4], scv[4];
+            __m256i mv;
+            const struct quant_block_q4_k *b = (const struct quant_block_q4_k *)(w + r * rb) + i;
+            prefetch_unit(pf.p + r * rb, sizeof *b);
+            q4_k_decode(b, q, scv, &mv);
+            is[r] = k_dot(q, scv, xv);
+            ms[r] = _mm256_madd_epi16(bs, mv);
+            memcpy(&dd[r], &b->d, sizeof dd[r]); /* d, dmin */
+        }
+        /* lanes 0..3 isum of rows 0..3, lanes 4..7 msum; g: d * dx, then dmin * dx */
+        __m256 f = _mm256_cvtepi32_ps(sum4x2(is[0], is[1], is[2], is[3], ms[0], ms[1], ms[2],
+                                             ms[3]));
+        __m128i h = _mm_insert_epi32(_mm_insert_epi32(_mm_insert_epi32(
+            _mm_cvtsi32_si128((int)dd[0]), (int)dd[1], 1), (int)dd[2], 2), (int)dd[3], 3);
+        __m256 g = _mm256_mul_ps(_mm256_cvtph_ps(_mm_shuffle_epi8(h, dsplit)),
+                                 _mm256_set1_ps(a->d));
+        acc = _mm_fmadd_ps(_mm256_castps256_ps128(f), _mm256_castps256_ps128(g), acc);
+        acc = _mm_fnmadd_ps(_mm256_extractf128_ps(f, 1), _mm256_extractf128_ps(g, 1), acc);
+        pf4_next(&pf);
+    }
+    _mm_storeu_ps(y, acc);
+}
+
+/* The same for Q6_K: the bits of tile_q6_k at S = 1 (the +32 offsets' sums subtracted
+ * after the reduction rather than before: the same integers). */
+static AI void rows4_q6_k1(const char *w, size_t rb, const char *x, int nb, float *y)
+{
+    struct pf4 pf = pf4_start(w, rb, nb, sizeof(struct quant_block_q6_k));
+    __m128 acc = _mm_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)x + i;
+        __m512i xv[4], is[4];
+        __m256i off[4];
+        uint64_t d4 = 0;
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < 4; c++)
+            xv[c] = _mm512_loadu_si512(a->qs + 64 * c);
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < 4; r++) {
+            __m512i q[4], scv[4];
+            __m256i sc16;
+            const struct quant_block_q6_k *b = (const struct quant_block_q6_k *)(w + r * rb) + i;
+            prefetch_unit(pf.p + r * rb, sizeof *b);
+            q6_k_decode(b, q, scv, &sc16);
+            is[r] = k_dot(q, scv, xv);
+            /* q was stored +32: 32 * sum_k sc_k * bsum_k, subtracted below */
+            off[r] = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5);
+            d4 |= (uint64_t)b->d << 16 * r;
+        }
+        __m256i s = sum4x2(is[0], is[1], is[2], is[3], off[0], off[1], off[2], off[3]);
+        __m128 f = _mm_cvtepi32_ps(_mm_sub_epi32(_mm256_castsi256_si128(s),
+                                                 _mm256_extracti128_si256(s, 1)));
+        __m128 g = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)d4)), _mm_set1_ps(a->d));
+        acc = _mm_fmadd_ps(f, g, acc);
+        pf4_next(&pf);
+    }
+    _mm_storeu_ps(y, acc);
+}
+
 /* One K row against ns sequences, four at a time. */
 #define ROWS_K(name, tile)                                                                     \
     static void name(const char *w, const char *x, size_t xs, int n, int ns, float *y,        \
@@ -570,12 +716,21 @@ static void avx512_matmul(const struct kern_mat *W, const struct kern_act *X, in
          * is loaded, offset and its scale converted once for four rows. By process CPU time
          * at one thread (bench_kernels, 2048x5632 and 5632x2048) fours beat pairs by 15-25%
          * for Q8_0 at 4, 8 and 16 sequences and by 5-15% for IQ4_NL, and at one sequence
-         * neither lost to single rows. Pairs of Q4_K/Q6_K rows gained nothing over single
-         * rows there, so those run one row at a time. */
+         * neither lost to single rows. Q4_K/Q6_K rows take fours at one sequence (their
+         * sums reduced together, rows4_q*_k1), else one row at a time. */
         if (kind >= 0) {
             for (; r + 4 <= row_end; r += 4)
                 rows4_i8(wd + (size_t)r * W->row_bytes, W->row_bytes, kind, xs0, X->stride,
                          X->n, ns, Y + (size_t)s0 * y_stride + r, (size_t)y_stride);
+        }
+        if (ns == 1 && t == GGML_TYPE_Q4_K) {
+            for (; r + 4 <= row_end; r += 4)
+                rows4_q4_k1(wd + (size_t)r * W->row_bytes, W->row_bytes, xs0,
+                            X->n / QUANT_QK_K, Y + (size_t)s0 * y_stride + r);
+        } else if (ns == 1 && t == GGML_TYPE_Q6_K) {
+            for (; r + 4 <= row_end; r += 4)
+                rows4_q6_k1(wd + (size_t)r * W->row_bytes, W->row_bytes, xs0,
+                            X->n / QUANT_QK_K, Y + (size_t)s0 * y_stride + r);
         }
         for (; r < row_end; r++) {
             const void *row = wd + (size_t)r * W->row_bytes;
