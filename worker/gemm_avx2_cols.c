@@ -300,20 +300,25 @@ static AI void q8x_rows(const int R, const int V, const char *w0, size_t rb, int
         __m256i pl[Q8X_R][2], ph[Q8X_R][2];
         _Pragma("GCC unroll 8")
         for (int j = 0; j < 8; j++) {
-            __m256i xl[2], xh[2];
-            _Pragma("GCC unroll 2")
-            for (int v = 0; v < V; v++) {
-                xl[v] = _mm256_load_si256(&P->x[8 * g + j][v]);
-                xh[v] = _mm256_load_si256(&P->xh[8 * g + j][v]);
-            }
+            __m256i w[Q8X_R], u[Q8X_R];
             _Pragma("GCC unroll 4")
             for (int r = 0; r < R; r++) {
-                __m256i w = bcast_ld(wb + (size_t)r * rb + 2 + 4 * j);
-                __m256i u = _mm256_xor_si256(w, flip);
-                _Pragma("GCC unroll 2")
-                for (int v = 0; v < V; v++) {
-                    __m256i ql = _mm256_maddubs_epi16(xl[v], w);
-                    __m256i qh = _mm256_maddubs_epi16(u, xh[v]);
+                w[r] = bcast_ld(wb + (size_t)r * rb + 2 + 4 * j);
+                u[r] = _mm256_xor_si256(w[r], flip);
+            }
+            _Pragma("GCC unroll 2")
+            for (int v = 0; v < V; v++) {
+                __m256i xl = _mm256_load_si256(&P->x[8 * g + j][v]);
+                __m256i xh = _mm256_load_si256(&P->xh[8 * g + j][v]);
+                /* into registers once for the R rows: GCC otherwise folds xh into each
+                 * row's maddubs as a memory operand, and loads are what this loop runs
+                 * short of (one more stack broadcast per 4 codes and row instead of the xor
+                 * cost 14% at 16 sequences, bench_kernels) */
+                __asm__("" : "+x"(xl), "+x"(xh));
+                _Pragma("GCC unroll 4")
+                for (int r = 0; r < R; r++) {
+                    __m256i ql = _mm256_maddubs_epi16(xl, w[r]);
+                    __m256i qh = _mm256_maddubs_epi16(u[r], xh);
                     pl[r][v] = j ? _mm256_add_epi16(pl[r][v], ql) : ql;
                     ph[r][v] = j ? _mm256_add_epi16(ph[r][v], qh) : qh;
                     __asm__("" : "+x"(pl[r][v]), "+x"(ph[r][v]));
