@@ -300,11 +300,8 @@ static int i8_kind(enum ggml_type t)
  * bytes 4..7 mins 0..3, bytes 8..11 mins 4..7; r2 bytes 0..3 scales 4..7. Words u0..u2 of the
  * packed bytes are lined up by where the loads start (the block's head, its scales, and 8
  * bytes on), all inside the block, so no shuffles are spent on them. */
-static AI void q4_k_scales_b(const struct quant_block_q4_k *b, __m512i *r1, __m512i *r2)
+static AI void q4_k_scales_v(__m512i v, __m512i vh, __m512i v8, __m512i *r1, __m512i *r2)
 {
-    const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)b->scales));
-    const __m512i vh = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)b));
-    const __m512i v8 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(b->scales + 8)));
     /* lanes: v u0 u1 u2 u3, vh (d, dmin) u0 u1 u2, v8 u2 u3 (codes) */
     __m512i x = _mm512_srlv_epi32(v, _mm512_set4_epi32(0, 4, 0, 0));
     __m512i t = _mm512_and_si512(_mm512_srli_epi32(vh, 2), _mm512_set4_epi32(0, 0x30303030, 0, 0));
@@ -315,12 +312,34 @@ static AI void q4_k_scales_b(const struct quant_block_q4_k *b, __m512i *r1, __m5
     *r2 = _mm512_ternarylogic_epi32(v8, _mm512_set1_epi32(0x0f0f0f0f), h, 0xea);
 }
 
+static AI void q4_k_scales_b(const struct quant_block_q4_k *b, __m512i *r1, __m512i *r2)
+{
+    q4_k_scales_v(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)b->scales)),
+                  _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)b)),
+                  _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(b->scales + 8))),
+                  r1, r2);
+}
+
+/* The same for blocks b0..b3 at once, block k in 128-bit lane k: the words of the block's
+ * head and of 8 bytes on are the scales' 16 bytes shifted within each lane (the head's d,
+ * dmin come out 0 and are not used). */
+static AI void q4_k_scales_4(const struct quant_block_q4_k *b0, size_t rb, __m512i *r1,
+                             __m512i *r2)
+{
+    const char *s = (const char *)b0->scales;
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)s));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(s + rb)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(s + 2 * rb)), 2);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(s + 3 * rb)), 3);
+    q4_k_scales_v(v, _mm512_bslli_epi128(v, 4), _mm512_bsrli_epi128(v, 8), r1, r2);
+}
+
 /* Q4_K block b as four 64-byte vectors (chunk c's low nibbles are elements 64c..64c+31, its
  * high nibbles 64c+32..64c+63: sub-blocks 2c and 2c+1) and the matching scale vectors (each
  * lane's scale zero-extended to 32 bits); mv the mins, each twice, as int16 for the bsums. A
  * chunk is one broadcast load, one per-word shift and one and; a scale vector one byte shuffle. */
-static AI void q4_k_decode(const struct quant_block_q4_k *b, __m512i q[4], __m512i scv[4],
-                           __m256i *mv)
+static AI void q4_k_decode_r(const struct quant_block_q4_k *b, __m512i r1, __m512i r2,
+                             __m512i q[4], __m512i scv[4], __m256i *mv)
 {
 #define SC2(a, b) (int)(0x80808000u | (b)), (int)(0x80808000u | (b)), (int)(0x80808000u | (b)), \
                   (int)(0x80808000u | (b)), (int)(0x80808000u | (b)), (int)(0x80808000u | (b)), \
@@ -337,8 +356,6 @@ static AI void q4_k_decode(const struct quant_block_q4_k *b, __m512i q[4], __m51
     const __m512i low4 = _mm512_set1_epi8(15);
     /* words 16..31 (the upper 256 bits) shifted by 4: the high nibbles */
     const __m512i hi = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    __m512i r1, r2;
-    q4_k_scales_b(b, &r1, &r2);
     _Pragma("GCC unroll 4")
     for (int c = 0; c < 4; c++) {
         __m512i raw = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + 32 * c)));
@@ -347,6 +364,14 @@ static AI void q4_k_decode(const struct quant_block_q4_k *b, __m512i q[4], __m51
     }
     /* bsums k covers 16 elements; sub-block j is bsums 2j and 2j+1 */
     *mv = _mm256_shuffle_epi8(_mm512_castsi512_si256(r1), mins);
+}
+
+static AI void q4_k_decode(const struct quant_block_q4_k *b, __m512i q[4], __m512i scv[4],
+                           __m256i *mv)
+{
+    __m512i r1, r2;
+    q4_k_scales_b(b, &r1, &r2);
+    q4_k_decode_r(b, r1, r2, q, scv, mv);
 }
 
 /* The block's scaled sums, lane-wise: the first chunk by vpmaddwd (no zero to start from). */
@@ -596,13 +621,16 @@ static AI void rows4_q4_k1(const char *w, size_t rb, const char *x, int nb, floa
         for (int c = 0; c < 4; c++)
             xv[c] = _mm512_loadu_si512(a->qs + 64 * c);
         const __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+        __m512i r1, r2;
+        q4_k_scales_4((const struct quant_block_q4_k *)w + i, rb, &r1, &r2);
         _Pragma("GCC unroll 4")
         for (int r = 0; r < 4; r++) {
             __m512i q[4], scv[4];
             __m256i mv;
             const struct quant_block_q4_k *b = (const struct quant_block_q4_k *)(w + r * rb) + i;
             prefetch_unit(pf.p + r * rb, sizeof *b);
-            q4_k_decode(b, q, scv, &mv);
+            q4_k_decode_r(b, _mm512_shuffle_i32x4(r1, r1, 0x55 * r),
+                          _mm512_shuffle_i32x4(r2, r2, 0x55 * r), q, scv, &mv);
             is[r] = k_dot(q, scv, xv);
             ms[r] = _mm256_madd_epi16(bs, mv);
             memcpy(&dd[r], &b->d, sizeof dd[r]); /* d, dmin */
