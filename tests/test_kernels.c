@@ -274,6 +274,35 @@ static void test_kernels_avx512_k_quant_rows_equal_avx2_bit_for_bit(void **state
         }
 }
 
+/* At one sequence AVX-512 runs Q4_K and Q6_K rows in groups of four from the call's first
+ * row (their sums reduced together) and single rows after: a row's bits do not depend on
+ * where a call starts or which group it falls in. */
+static void test_kernels_avx512_one_sequence_k_rows_same_bits_from_any_first_row(void **state)
+{
+    (void)state;
+    static const enum ggml_type kt[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    const struct kern_ops *k = kern_ops_get(KERN_SET_AVX512), *ref = kern_ops_get(KERN_SET_AVX2);
+    if (!k)
+        skip();
+    for (size_t ti = 0; ti < 2; ti++) {
+        int rows = 13;
+        struct problem p;
+        problem_init(&p, kt[ti], rows, 3 * 256, 1, 41u + (unsigned)ti);
+        float *whole = run(k, &p, 1, 0, 0, rows), *yr = run(ref, &p, 1, 0, 0, rows);
+        assert_memory_equal(whole, yr, sizeof(float) * (size_t)rows);
+        for (int r0 = 1; r0 < 4; r0++) {
+            float *y = run(k, &p, 1, 0, r0, rows);
+            struct kern_act X = p.X;
+            k->matmul(&p.W, &X, 1, y, rows, 0, r0);
+            assert_memory_equal(y, whole, sizeof(float) * (size_t)rows);
+            free(y);
+        }
+        free(whole);
+        free(yr);
+        problem_free(&p);
+    }
+}
+
 /* One sequence alone, in a batch of 8 or 13, or with the rows split across two calls: the
  * same float bits. */
 static void check_batch_independent(enum kern_set set)
@@ -1153,6 +1182,7 @@ int main(void)
         cmocka_unit_test(test_kernels_avxvnni_matmul_matches_scalar),
         cmocka_unit_test(test_kernels_avxvnni_matmul_equals_avx2_bit_for_bit),
         cmocka_unit_test(test_kernels_avx512_k_quant_rows_equal_avx2_bit_for_bit),
+        cmocka_unit_test(test_kernels_avx512_one_sequence_k_rows_same_bits_from_any_first_row),
         cmocka_unit_test(test_kernels_scalar_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx2_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx512_batching_changes_nothing),
