@@ -5,8 +5,9 @@
  * -mf16c: reached only through kern_ops_get after a CPU check. kernels_avxvnni.c builds this
  * file again with -mavxvnni as the avxvnni set: the integer dots (kernels_simd.h's dot_u8s8*)
  * become vpdpbusd and vpdpwssd with the same sums, so the two sets give the same bits. Every
- * (row, sequence) dot runs the same instruction sequence whether it is computed alone or in a
- * tile of 4 sequences, so batching never changes a result bit. */
+ * (row, sequence) dot forms the same exact integer sums and runs the same float steps whether
+ * it is computed alone, in a tile of 4 sequences or beside another row (the one-sequence
+ * Q4_K/Q5_K rows go two at a time), so batching never changes a result bit. */
 #include "kernels.h"
 
 #include <immintrin.h>
@@ -401,6 +402,109 @@ static AI void tile_q45_k(const char *w, const int five, const char *x, size_t x
     store_s(acc, S, y, ys);
 }
 
+/* Superblocks ahead each row of tile_q45_k_r2 prefetches (bench_kernels KILN_KERNELS=avx2
+ * KILN_BENCH_SEQS=1, Q4_K from memory, 2048x5632 / 5632x2048 GB/s: 12.09 / 15.69 at 16,
+ * 21.52 / 19.96 at 64). */
+#define ROW2_PFK 64
+
+/* Two Q4_K or Q5_K rows (rb bytes apart) against one sequence, results in y[0] and y[1]:
+ * tile_q45_k's integer sums and float steps at S = 1 for each row, the two rows sharing the
+ * activation loads, one scale decode (row r in 128-bit lane r), one mins product and one
+ * reduction and float step (row r in float lane r). A sub-block's scale vector is one vpshufd
+ * of its row's scales (no store and reload, which stalls on store forwarding). The mins
+ * product takes the activation's bsums summed per 32-element sub-block (pairs of bsums fit
+ * int16), each row's mins against them: the same integer msum. */
+static AI void tile_q45_k_r2(const char *w, size_t rb, const int five, const char *x, int nb,
+                             float *y)
+{
+    const size_t bs = five ? sizeof(struct quant_block_q5_k) : sizeof(struct quant_block_q4_k);
+    const size_t so = five ? offsetof(struct quant_block_q5_k, scales)
+                           : offsetof(struct quant_block_q4_k, scales);
+    const size_t qo = five ? offsetof(struct quant_block_q5_k, qs)
+                           : offsetof(struct quant_block_q4_k, qs);
+    const __m256i low4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    const __m256i hi2 = _mm256_set1_epi8(0x30);
+    /* each lane's int32 j: its row's scale j as dot_u8s8_pair takes it */
+    const __m256i pair = _mm256_broadcastsi128_si256(SCALE_PAIRS_CTL);
+    /* each lane: its row's mins 0..7 as int16 */
+    const __m256i mins = _mm256_broadcastsi128_si256(_mm_set_epi8(
+        -128, 11, -128, 10, -128, 9, -128, 8, -128, 7, -128, 6, -128, 5, -128, 4));
+    __m128 acc = _mm_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const char *b0 = w + (size_t)i * bs, *b1 = b0 + rb;
+        prefetch_unit(b0 + ROW2_PFK * bs, bs);
+        prefetch_unit(b1 + ROW2_PFK * bs, bs);
+        const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)x + i;
+        /* q4_k_scales_x on both rows at once: r1, r2 as there, lane r for row r */
+        const __m256i v = _mm256_loadu2_m128i((const __m128i *)(b1 + so),
+                                              (const __m128i *)(b0 + so));
+        const __m256i vh = _mm256_loadu2_m128i((const __m128i *)b1, (const __m128i *)b0);
+        const __m256i v8 = _mm256_loadu2_m128i((const __m128i *)(b1 + so + 8),
+                                               (const __m128i *)(b0 + so + 8));
+        __m256i t = _mm256_and_si256(
+            _mm256_srlv_epi32(v, _mm256_set_epi32(0, 4, 0, 0, 0, 4, 0, 0)),
+            _mm256_set_epi32(0, 0x0f0f0f0f, 0x3f3f3f3f, 0x3f3f3f3f, 0, 0x0f0f0f0f, 0x3f3f3f3f,
+                             0x3f3f3f3f));
+        __m256i r1 = _mm256_or_si256(
+            t, _mm256_and_si256(_mm256_srli_epi32(vh, 2),
+                                _mm256_set_epi32(0, 0x30303030, 0, 0, 0, 0x30303030, 0, 0)));
+        __m256i r2 = _mm256_or_si256(_mm256_and_si256(v8, low4),
+                                     _mm256_and_si256(_mm256_srli_epi32(v, 2), hi2));
+        __m256i p1 = _mm256_shuffle_epi8(r1, pair), p2 = _mm256_shuffle_epi8(r2, pair);
+        /* sp[r][h]: row r's scales 4h..4h+3 in both lanes */
+        const __m256i sp[2][2] = {
+            {_mm256_permute2x128_si256(p1, p1, 0x00), _mm256_permute2x128_si256(p2, p2, 0x00)},
+            {_mm256_permute2x128_si256(p1, p1, 0x11), _mm256_permute2x128_si256(p2, p2, 0x11)}};
+        __m256i hq[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        if (five) {
+            hq[0] = _mm256_loadu_si256((const __m256i *)((const struct quant_block_q5_k *)b0)->qh);
+            hq[1] = _mm256_loadu_si256((const __m256i *)((const struct quant_block_q5_k *)b1)->qh);
+        }
+        __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < 4; c++) {
+            __m256i x0 = _mm256_loadu_si256((const __m256i *)(a->qs + 64 * c));
+            __m256i x1 = _mm256_loadu_si256((const __m256i *)(a->qs + 64 * c + 32));
+            _Pragma("GCC unroll 2")
+            for (int r = 0; r < 2; r++) {
+                __m256i raw = _mm256_loadu_si256((const __m256i *)((r ? b1 : b0) + qo + 32 * c));
+                __m256i q0 = _mm256_and_si256(raw, low4);
+                __m256i q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+                if (five) {
+                    __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hq[r], 2 * c), one);
+                    __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hq[r], 2 * c + 1), one);
+                    q0 = _mm256_or_si256(q0, _mm256_slli_epi16(h0, 4));
+                    q1 = _mm256_or_si256(q1, _mm256_slli_epi16(h1, 4));
+                }
+                __m256i s0 = _mm256_shuffle_epi32(sp[r][c / 2], (2 * (c % 2)) * 0x55);
+                __m256i s1 = _mm256_shuffle_epi32(sp[r][c / 2], (2 * (c % 2) + 1) * 0x55);
+                isum[r] = dot_u8s8_pair(dot_u8s8_pair(isum[r], q0, x0, s0), q1, x1, s1);
+                /* in this order: GCC's reassociated sums keep more registers live than
+                 * AVX2 has, and spill */
+                __asm__("" : "+x"(isum[r]));
+            }
+        }
+        /* lane 0: row 0's mins 0..3 then row 1's; lane 1: mins 4..7 likewise; against the
+         * bsums pairs 0..3 (lane 0) and 4..7 (lane 1), each twice */
+        __m256i mv = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(r1, mins),
+                                              _MM_SHUFFLE(3, 1, 2, 0));
+        __m256i bsv = _mm256_loadu_si256((const __m256i *)a->bsums);
+        __m256i msum = _mm256_madd_epi16(mv, _mm256_hadd_epi16(bsv, bsv));
+        /* lanes: isum row 0, isum row 1, msum row 0, msum row 1 (exact) */
+        __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(isum[0], isum[1]), msum);
+        __m128 f = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(h),
+                                                 _mm256_extracti128_si256(h, 1)));
+        /* (d, dmin) of each row as f16 lanes d0 d1 dmin0 dmin1 */
+        __m128i dd = _mm_unpacklo_epi32(_mm256_castsi256_si128(vh),
+                                        _mm256_extracti128_si256(vh, 1));
+        dd = _mm_shufflelo_epi16(dd, _MM_SHUFFLE(3, 1, 2, 0));
+        __m128 g = _mm_mul_ps(_mm_cvtph_ps(dd), _mm_set1_ps(a->d));
+        acc = _mm_fmadd_ps(f, g, acc);
+        acc = _mm_fnmadd_ps(_mm_movehl_ps(f, f), _mm_movehl_ps(g, g), acc);
+    }
+    _mm_storel_pi((__m64 *)y, acc);
+}
+
 /* Q6_K: each 32-weight vector (two 16-element sub-blocks) and its scales are decoded once
  * and used by all S sequences before the next. */
 static AI void tile_q6_k(const struct quant_block_q6_k *w, const char *x, size_t xs, int nb,
@@ -570,6 +674,20 @@ ROW_FN(row_bf16, CALL_BF16)
 
 typedef kern_row_fn row_fn;
 
+/* Two rows (rb bytes apart) against one sequence of n elements, results in y[0], y[1]: the
+ * bits row_fn gives each row alone. */
+typedef void (*row2_fn)(const char *w, size_t rb, const char *x, int n, float *y);
+
+static void row2_q4_k(const char *w, size_t rb, const char *x, int n, float *y)
+{
+    tile_q45_k_r2(w, rb, 0, x, n / QUANT_QK_K, y);
+}
+
+static void row2_q5_k(const char *w, size_t rb, const char *x, int n, float *y)
+{
+    tile_q45_k_r2(w, rb, 1, x, n / QUANT_QK_K, y);
+}
+
 /* Calls of this many sequences up to 16 take gemm_avx2_cols.c (the sequence as the lane)
  * where it has the type: the same bits as the tiles here and in gemm_avx2.c. */
 #define COLS_MIN 8
@@ -590,6 +708,7 @@ void KSET(matmul)(const struct kern_mat *W, const struct kern_act *X, int n_seq,
                   int y_stride, int row_begin, int row_end)
 {
     row_fn f;
+    row2_fn f2 = NULL;
     if (cols(W, X, n_seq, Y, y_stride, row_begin, row_end) == 0)
         return;
     switch (W->type) {
@@ -605,8 +724,12 @@ void KSET(matmul)(const struct kern_mat *W, const struct kern_act *X, int n_seq,
     case GGML_TYPE_IQ4_NL:
         matmul_iq4_nl(W, X, n_seq, Y, y_stride, row_begin, row_end);
         return;
-    case GGML_TYPE_Q4_K: f = row_q4_k; break;
-    case GGML_TYPE_Q5_K: f = row_q5_k; break;
+    case GGML_TYPE_Q4_K:
+        f = row_q4_k, f2 = row2_q4_k;
+        break;
+    case GGML_TYPE_Q5_K:
+        f = row_q5_k, f2 = row2_q5_k;
+        break;
     case GGML_TYPE_Q6_K: f = row_q6_k; break;
     case GGML_TYPE_IQ4_XS: f = row_iq4_xs; break;
     case GGML_TYPE_F32:
@@ -626,9 +749,23 @@ void KSET(matmul)(const struct kern_mat *W, const struct kern_act *X, int n_seq,
     int chunk = kern_seq_chunk(X->stride);
     for (int s0 = 0; s0 < n_seq; s0 += chunk) {
         int ns = n_seq - s0 < chunk ? n_seq - s0 : chunk;
-        for (int r = row_begin; r < row_end; r++)
-            f(wd + (size_t)r * W->row_bytes, xd + (size_t)s0 * X->stride, X->stride, X->n, ns,
-              Y + (size_t)s0 * y_stride + r, (size_t)y_stride);
+        /* with f2, the sequences past the last whole tile of 4 go one at a time, two rows a
+         * call */
+        int n4 = f2 ? ns / 4 * 4 : ns;
+        if (n4)
+            for (int r = row_begin; r < row_end; r++)
+                f(wd + (size_t)r * W->row_bytes, xd + (size_t)s0 * X->stride, X->stride, X->n,
+                  n4, Y + (size_t)s0 * y_stride + r, (size_t)y_stride);
+        for (int s = n4; s < ns; s++) {
+            const char *x = xd + (size_t)(s0 + s) * X->stride;
+            float *y = Y + (size_t)(s0 + s) * y_stride;
+            int r = row_begin;
+            for (; r + 2 <= row_end; r += 2)
+                f2(wd + (size_t)r * W->row_bytes, W->row_bytes, x, X->n, y + r);
+            for (; r < row_end; r++)
+                f(wd + (size_t)r * W->row_bytes, x, X->stride, X->n, 1, y + r,
+                  (size_t)y_stride);
+        }
     }
 }
 

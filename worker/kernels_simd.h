@@ -104,6 +104,29 @@ static AI __m256i dot_u8s8_scaled(__m256i acc, __m256i u, __m256i s, __m256i scv
 #endif
 }
 
+/* dot_u8s8_scaled with the scale as the including set takes it without a mask: scv holds
+ * (sc, sc) as int16 per int32 lane here, (sc, 0) with AVX-VNNI (vpdpwssd's high-half product
+ * is then 0). The same sums, under the same bound on u. SCALE_PAIRS_CTL is the vpshufb
+ * control giving int32 j of such a vector from unsigned byte j (j < 4) of a 128-bit lane. */
+#ifdef __AVXVNNI__
+#define SCALE_PAIRS_CTL                                                                        \
+    _mm_set_epi8(-128, -128, -128, 3, -128, -128, -128, 2, -128, -128, -128, 1, -128, -128,     \
+                 -128, 0)
+#else
+#define SCALE_PAIRS_CTL                                                                        \
+    _mm_set_epi8(-128, 3, -128, 3, -128, 2, -128, 2, -128, 1, -128, 1, -128, 0, -128, 0)
+#endif
+
+static AI __m256i dot_u8s8_pair(__m256i acc, __m256i u, __m256i s, __m256i scv)
+{
+#ifdef __AVXVNNI__
+    return _mm256_dpwssd_avx_epi32(acc, _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s),
+                                   scv);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scv));
+#endif
+}
+
 /* Superblocks ahead a K-type decode row (one row streamed start to end) prefetches its own
  * stream: rows follow each other in memory, so near a row's end this reaches into the next. */
 #ifndef ROW_PFK
