@@ -7,7 +7,7 @@
  * become vpdpbusd and vpdpwssd with the same sums, so the two sets give the same bits. Every
  * (row, sequence) dot forms the same exact integer sums and runs the same float steps whether
  * it is computed alone, in a tile of 4 sequences or beside another row (the one-sequence
- * Q4_K/Q5_K rows go two at a time), so batching never changes a result bit. */
+ * Q4_K/Q5_K/Q6_K rows go two at a time), so batching never changes a result bit. */
 #include "kernels.h"
 
 #include <immintrin.h>
@@ -402,9 +402,11 @@ static AI void tile_q45_k(const char *w, const int five, const char *x, size_t x
     store_s(acc, S, y, ys);
 }
 
-/* Superblocks ahead each row of tile_q45_k_r2 prefetches (bench_kernels KILN_KERNELS=avx2
- * KILN_BENCH_SEQS=1, Q4_K from memory, 2048x5632 / 5632x2048 GB/s: 12.09 / 15.69 at 16,
- * 21.52 / 19.96 at 64). */
+/* Superblocks ahead each row of tile_q45_k_r2 and tile_q6_k_r2 prefetches: two rows'
+ * interleaved streams need more than one row's 16 (bench_kernels KILN_KERNELS=avx2
+ * KILN_BENCH_SEQS=1 from memory, 2048x5632 / 5632x2048: Q4_K GB/s 12.09 / 15.69 at 16,
+ * 21.52 / 19.96 at 64; Q6_K CPU ms/call 0.984 / 0.558 at 16, 0.450 / 0.402 at 32, 0.337 /
+ * 0.346 at 64, 0.336 / 0.390 at 128). */
 #define ROW2_PFK 64
 
 /* Two Q4_K or Q5_K rows (rb bytes apart) against one sequence, results in y[0] and y[1]:
@@ -554,6 +556,67 @@ static AI void tile_q6_k(const struct quant_block_q6_k *w, const char *x, size_t
     store_s(acc, S, y, ys);
 }
 
+/* Two Q6_K rows (rb bytes apart) against one sequence, results in y[0] and y[1]: tile_q6_k's
+ * integer sums and float step at S = 1 for each row, the two rows sharing the activation
+ * loads, one reduction and one float step (row r in float lane r). */
+static AI void tile_q6_k_r2(const char *w, size_t rb, const char *x, int nb, float *y)
+{
+    const __m256i low4 = _mm256_set1_epi8(15), hi2 = _mm256_set1_epi8(0x30);
+    __m128 acc = _mm_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const struct quant_block_q6_k *b[2] = {(const struct quant_block_q6_k *)w + i,
+                                               (const struct quant_block_q6_k *)(w + rb) + i};
+        prefetch_unit(b[0] + ROW2_PFK, sizeof *b[0]);
+        prefetch_unit(b[1] + ROW2_PFK, sizeof *b[1]);
+        const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)x + i;
+        __m256i bsv = _mm256_loadu_si256((const __m256i *)a->bsums), sc16[2], isum[2];
+        _Pragma("GCC unroll 2")
+        for (int r = 0; r < 2; r++) {
+            /* as tile_q6_k: q was stored +32, so start from -32 * sum_k sc_k * bsum_k */
+            sc16[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b[r]->scales));
+            isum[r] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                       _mm256_slli_epi32(_mm256_madd_epi16(bsv, sc16[r]), 5));
+        }
+        _Pragma("GCC unroll 2")
+        for (int h = 0; h < 2; h++) {
+            __m256i half[2];
+            _Pragma("GCC unroll 2")
+            for (int r = 0; r < 2; r++)
+                half[r] = _mm256_permute2x128_si256(sc16[r], sc16[r], h ? 0x11 : 0x00);
+            _Pragma("GCC unroll 4")
+            for (int v = 0; v < 4; v++) {
+                __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 128 * h + 32 * v));
+                _Pragma("GCC unroll 2")
+                for (int r = 0; r < 2; r++) {
+                    __m256i l = _mm256_loadu_si256(
+                        (const __m256i *)(b[r]->ql + 64 * h + 32 * (v & 1)));
+                    __m256i qh = _mm256_loadu_si256((const __m256i *)(b[r]->qh + 32 * h));
+                    __m256i lo = v < 2 ? _mm256_and_si256(l, low4)
+                                       : _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
+                    __m256i hb = v == 0 ? _mm256_slli_epi16(qh, 4)
+                               : v == 1 ? _mm256_slli_epi16(qh, 2)
+                               : v == 2 ? qh : _mm256_srli_epi16(qh, 2);
+                    __m256i q = _mm256_or_si256(lo, _mm256_and_si256(hb, hi2));
+                    isum[r] = dot_u8s8_pair(isum[r], q, qx, bcast16_pair(half[r], 2 * v, 2 * v + 1));
+                    __asm__("" : "+x"(isum[r])); /* in order, as in tile_q45_k_r2 */
+                }
+            }
+        }
+        /* lanes [A01 + A45, A23 + A67, B01 + B45, B23 + B67], then [A, B, A, B] (exact) */
+        __m256i t = _mm256_hadd_epi32(isum[0], isum[1]);
+        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+        __m128 f = _mm_cvtepi32_ps(_mm_hadd_epi32(s, s));
+        int32_t u[2]; /* scales 14 and 15, then d, of each row: the block's last 4 bytes */
+        _Pragma("GCC unroll 2")
+        for (int r = 0; r < 2; r++)
+            memcpy(&u[r], (const char *)b[r] + offsetof(struct quant_block_q6_k, d) - 2, 4);
+        __m128i dd = _mm_unpacklo_epi32(_mm_cvtsi32_si128(u[0]), _mm_cvtsi32_si128(u[1]));
+        dd = _mm_shufflelo_epi16(dd, _MM_SHUFFLE(3, 1, 3, 1));
+        acc = _mm_fmadd_ps(f, _mm_mul_ps(_mm_cvtph_ps(dd), _mm_set1_ps(a->d)), acc);
+    }
+    _mm_storel_pi((__m64 *)y, acc);
+}
+
 /* IQ4_XS: per sub-block of 32, the table lookup gives signed levels; the sign moves onto x.
  * maddubs + madd by the scale in both sets (the four-product sums can exceed vpdpwssd's
  * int16). */
@@ -688,6 +751,11 @@ static void row2_q5_k(const char *w, size_t rb, const char *x, int n, float *y)
     tile_q45_k_r2(w, rb, 1, x, n / QUANT_QK_K, y);
 }
 
+static void row2_q6_k(const char *w, size_t rb, const char *x, int n, float *y)
+{
+    tile_q6_k_r2(w, rb, x, n / QUANT_QK_K, y);
+}
+
 /* Calls of this many sequences up to 16 take gemm_avx2_cols.c (the sequence as the lane)
  * where it has the type: the same bits as the tiles here and in gemm_avx2.c. */
 #define COLS_MIN 8
@@ -730,7 +798,9 @@ void KSET(matmul)(const struct kern_mat *W, const struct kern_act *X, int n_seq,
     case GGML_TYPE_Q5_K:
         f = row_q5_k, f2 = row2_q5_k;
         break;
-    case GGML_TYPE_Q6_K: f = row_q6_k; break;
+    case GGML_TYPE_Q6_K:
+        f = row_q6_k, f2 = row2_q6_k;
+        break;
     case GGML_TYPE_IQ4_XS: f = row_iq4_xs; break;
     case GGML_TYPE_F32:
         f = row_f32;

@@ -50,6 +50,21 @@ static AI __m256i bcast16(__m256i v, int lo, int hi)
     return _mm256_shuffle_epi8(v, ctl);
 }
 
+/* bcast16 with each int32 lane as dot_u8s8_pair takes a scale: (sc, sc) here, (sc, 0) with
+ * AVX-VNNI. */
+static AI __m256i bcast16_pair(__m256i v, int lo, int hi)
+{
+#ifdef __AVXVNNI__
+    __m256i ctl = _mm256_set_m128i(_mm_set1_epi32((int)(0x80800000u | (unsigned)(2 * hi + 1) << 8 |
+                                                        (unsigned)(2 * hi))),
+                                   _mm_set1_epi32((int)(0x80800000u | (unsigned)(2 * lo + 1) << 8 |
+                                                        (unsigned)(2 * lo))));
+    return _mm256_shuffle_epi8(v, ctl);
+#else
+    return bcast16(v, lo, hi);
+#endif
+}
+
 /* Sub-block scales and mins of a Q4_K or Q5_K block (quant.h's packing), as 8 int16 each,
  * decoded 4 bytes at a time. */
 static AI void q4_k_scales(const uint8_t s[12], __m128i *sc16, __m128i *m16)
