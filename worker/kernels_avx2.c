@@ -148,8 +148,11 @@ static AI void tile_b32_r4(const char *w, size_t rb, const enum b32_kind kind, c
 
 /* Q4_0's and Q5_0's 32 codes of block i as tile_b32_r8 takes them: the 16 packed bytes
  * broadcast to both halves by the load, the high half shifted by 4 per 32-bit lane (no
- * cross-lane shuffle); Q5_0's fifth bits as gemm_bits5. The same codes as b32_codes. */
-static AI __m256i b32_codes8(const char *w, const enum b32_kind kind, int i, uint16_t *h)
+ * cross-lane shuffle). The same codes as b32_codes. Q4_0 gives its f16 scale in *h; Q5_0
+ * loads its first 8 bytes (scale, then the fifth bits) broadcast to every 64-bit lane, in
+ * *dq: the fifth bits as gemm_bits5 from there, the scale (int16 lane 0) for b32_scales8. */
+static AI __m256i b32_codes8(const char *w, const enum b32_kind kind, int i, uint16_t *h,
+                             __m256i *dq)
 {
     const __m256i cnt = _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0);
     const uint8_t *qs = kind == B32_Q5_0 ? ((const struct quant_block_q5_0 *)w)[i].qs
@@ -157,25 +160,58 @@ static AI __m256i b32_codes8(const char *w, const enum b32_kind kind, int i, uin
     __m256i raw = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
     __m256i q = _mm256_and_si256(_mm256_srlv_epi32(raw, cnt), _mm256_set1_epi8(15));
     if (kind == B32_Q5_0) {
-        const struct quant_block_q5_0 *b = (const struct quant_block_q5_0 *)w + i;
-        *h = b->d;
-        return _mm256_or_si256(q, gemm_bits5(b->qh));
+        long long head;
+        memcpy(&head, (const struct quant_block_q5_0 *)w + i, sizeof head);
+        __m256i v = _mm256_set1_epi64x(head);
+        *dq = v;
+        /* byte l: qh byte l / 8 (block bytes 2..5), tested against bit l % 8 */
+        v = _mm256_shuffle_epi8(v, _mm256_set_epi64x(0x0505050505050505LL, 0x0404040404040404LL,
+                                                      0x0303030303030303LL,
+                                                      0x0202020202020202LL));
+        __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+        return _mm256_or_si256(q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit),
+                                                                     bit),
+                                                   _mm256_set1_epi8(0x10)));
     }
     *h = ((const struct quant_block_q4_0 *)w)[i].d;
     return q;
+}
+
+/* Eight rows' f16 scales (int16 lane 0 of dq[r]) as int16 lanes 0..7. */
+static AI __m128i b32_scales8(const __m256i dq[8])
+{
+    __m128i d[8];
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < 8; r++)
+        d[r] = _mm256_castsi256_si128(dq[r]);
+    __m128i a = _mm_unpacklo_epi32(_mm_unpacklo_epi16(d[0], d[1]), _mm_unpacklo_epi16(d[2], d[3]));
+    __m128i b = _mm_unpacklo_epi32(_mm_unpacklo_epi16(d[4], d[5]), _mm_unpacklo_epi16(d[6], d[7]));
+    return _mm_unpacklo_epi64(a, b);
 }
 
 /* Four rows' integer sums of one block as tile_b32_r4 forms them, before the zero-point
  * term: lane r (and r + 4) of the result holds part of row r's sum, the two halves adding
  * to it. */
 static AI __m256i b32_quad(const char *w, size_t rb, const enum b32_kind kind, int i,
-                           __m256i qx, uint16_t *h, float *dw)
+                           __m256i qx, uint16_t *h, float *dw, __m256i *dq)
 {
     __m256i v[4];
+#ifndef __AVXVNNI__
+    if (kind == B32_Q4_0 || kind == B32_Q5_0) {
+        /* codes <= 31, |x| <= 128: each int16 of maddubs is at most 7936 in size, so four
+         * of them (vphaddw twice) still fit, and one vpmaddwd finishes the four rows */
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < 4; r++)
+            v[r] = _mm256_maddubs_epi16(b32_codes8(w + r * rb, kind, i, &h[r], &dq[r]), qx);
+        return _mm256_madd_epi16(_mm256_hadd_epi16(_mm256_hadd_epi16(v[0], v[1]),
+                                                   _mm256_hadd_epi16(v[2], v[3])),
+                                 _mm256_set1_epi16(1));
+    }
+#endif
     _Pragma("GCC unroll 4")
     for (int r = 0; r < 4; r++) {
         if (kind == B32_Q4_0 || kind == B32_Q5_0) {
-            v[r] = dot_u8s8(b32_codes8(w + r * rb, kind, i, &h[r]), qx);
+            v[r] = dot_u8s8(b32_codes8(w + r * rb, kind, i, &h[r], &dq[r]), qx);
         } else {
             __m256i q = b32_signed(w + r * rb, kind, i, &dw[r]);
             v[r] = dot_u8s8(_mm256_abs_epi8(q), _mm256_sign_epi8(qx, q));
@@ -207,13 +243,17 @@ static AI void tile_b32_r8(const char *w, size_t rb, const enum b32_kind kind, c
         __m256i qx = _mm256_loadu_si256((const __m256i *)a->qs);
         uint16_t h[8];
         float dw[8];
-        __m256i e0 = b32_quad(w, rb, kind, i, qx, h, dw);
-        __m256i e1 = b32_quad(w + 4 * rb, rb, kind, i, qx, h + 4, dw + 4);
+        __m256i dq[8];
+        __m256i e0 = b32_quad(w, rb, kind, i, qx, h, dw, dq);
+        __m256i e1 = b32_quad(w + 4 * rb, rb, kind, i, qx, h + 4, dw + 4, dq + 4);
         /* [e0 low + e0 high | e1 high + e1 low] */
         __m256i s = _mm256_add_epi32(_mm256_blend_epi32(e0, e1, 0xf0),
                                      _mm256_permute2x128_si256(e0, e1, 0x21));
         __m256 dwv;
-        if (kind == B32_Q4_0 || kind == B32_Q5_0) {
+        if (kind == B32_Q5_0) {
+            s = _mm256_sub_epi32(s, _mm256_set1_epi32(zs[i - i0]));
+            dwv = _mm256_cvtph_ps(b32_scales8(dq));
+        } else if (kind == B32_Q4_0) {
             s = _mm256_sub_epi32(s, _mm256_set1_epi32(zs[i - i0]));
             dwv = _mm256_cvtph_ps(_mm_set_epi16((short)h[7], (short)h[6], (short)h[5],
                                                 (short)h[4], (short)h[3], (short)h[2],
