@@ -547,12 +547,24 @@ static AI void tile_q45_k_r2(const char *w, size_t rb, const int five, const cha
     _mm_storel_pi((__m64 *)y, acc);
 }
 
+/* Codes 32v..32v+31 of a Q6_K half-block (0..63, stored +32): their low 4 bits from l (ql
+ * bytes, low nibbles for v < 2, high ones after), their high 2 bits from qh's bit pair 2v. */
+static AI __m256i q6_k_codes(__m256i l, __m256i qh, int v)
+{
+    const __m256i low4 = _mm256_set1_epi8(15), hi2 = _mm256_set1_epi8(0x30);
+    __m256i lo = v < 2 ? _mm256_and_si256(l, low4)
+                       : _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
+    __m256i hb = v == 0 ? _mm256_slli_epi16(qh, 4)
+               : v == 1 ? _mm256_slli_epi16(qh, 2)
+               : v == 2 ? qh : _mm256_srli_epi16(qh, 2);
+    return _mm256_or_si256(lo, _mm256_and_si256(hb, hi2));
+}
+
 /* Q6_K: each 32-weight vector (two 16-element sub-blocks) and its scales are decoded once
  * and used by all S sequences before the next. */
 static AI void tile_q6_k(const struct quant_block_q6_k *w, const char *x, size_t xs, int nb,
                          const int S, float *y, size_t ys)
 {
-    const __m256i low4 = _mm256_set1_epi8(15), hi2 = _mm256_set1_epi8(0x30);
     __m128 acc = _mm_setzero_ps();
     for (int i = 0; i < nb; i++) {
         prefetch_unit(w + i + ROW_PFK, sizeof *w);
@@ -576,13 +588,7 @@ static AI void tile_q6_k(const struct quant_block_q6_k *w, const char *x, size_t
             __m256i qh = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));
             _Pragma("GCC unroll 4")
             for (int v = 0; v < 4; v++) {
-                __m256i l = v & 1 ? l1 : l0;
-                __m256i lo = v < 2 ? _mm256_and_si256(l, low4)
-                                   : _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
-                __m256i hb = v == 0 ? _mm256_slli_epi16(qh, 4)
-                           : v == 1 ? _mm256_slli_epi16(qh, 2)
-                           : v == 2 ? qh : _mm256_srli_epi16(qh, 2);
-                __m256i q = _mm256_or_si256(lo, _mm256_and_si256(hb, hi2));
+                __m256i q = q6_k_codes(v & 1 ? l1 : l0, qh, v);
                 __m256i scv = bcast16(half, 2 * v, 2 * v + 1);
                 _Pragma("GCC unroll 4")
                 for (int k = 0; k < S; k++) {
@@ -601,7 +607,6 @@ static AI void tile_q6_k(const struct quant_block_q6_k *w, const char *x, size_t
  * loads, one reduction and one float step (row r in float lane r). */
 static AI void tile_q6_k_r2(const char *w, size_t rb, const char *x, int nb, float *y)
 {
-    const __m256i low4 = _mm256_set1_epi8(15), hi2 = _mm256_set1_epi8(0x30);
     __m128 acc = _mm_setzero_ps();
     for (int i = 0; i < nb; i++) {
         const struct quant_block_q6_k *b[2] = {(const struct quant_block_q6_k *)w + i,
@@ -631,12 +636,7 @@ static AI void tile_q6_k_r2(const char *w, size_t rb, const char *x, int nb, flo
                     __m256i l = _mm256_loadu_si256(
                         (const __m256i *)(b[r]->ql + 64 * h + 32 * (v & 1)));
                     __m256i qh = _mm256_loadu_si256((const __m256i *)(b[r]->qh + 32 * h));
-                    __m256i lo = v < 2 ? _mm256_and_si256(l, low4)
-                                       : _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
-                    __m256i hb = v == 0 ? _mm256_slli_epi16(qh, 4)
-                               : v == 1 ? _mm256_slli_epi16(qh, 2)
-                               : v == 2 ? qh : _mm256_srli_epi16(qh, 2);
-                    __m256i q = _mm256_or_si256(lo, _mm256_and_si256(hb, hi2));
+                    __m256i q = q6_k_codes(l, qh, v);
                     isum[r] = dot_u8s8_pair(isum[r], q, qx, bcast16_pair(half[r], 2 * v, 2 * v + 1));
                     __asm__("" : "+x"(isum[r])); /* in order, as in tile_q45_k_r2 */
                 }
