@@ -50,7 +50,8 @@
 #ifndef COLS_PF
 #define COLS_PF 12
 #endif
-/* Rows computed together for one vector of sequences (up to 8) and for two (up to 16). */
+/* Rows computed together for one vector of sequences (up to 8) and for two (up to 16), in
+ * cols_rows (plain AVX2's Q8_0 takes q8x_rows' Q8X_R1 / Q8X_R2). */
 #ifndef COLS_R1
 #define COLS_R1 8
 #endif
@@ -111,8 +112,8 @@ static AI void sgn_dot(__m256i q, const int V, const __m256i *x, __m256i *ia)
 #endif
 
 /* The block's sum of products of one row's broadcast codes and V vectors of sequences, on
- * top of ia. w: Q8_0 8 dwords of codes; Q4_0 and IQ4_NL 4 dwords of nibble pairs; Q5_0 its
- * 32 codes decoded to bytes 0..31 (8 dwords). */
+ * top of ia. w: Q8_0 (AVX-VNNI only; plain AVX2 runs q8x_rows) 8 dwords of codes; Q4_0 and
+ * IQ4_NL 4 dwords of nibble pairs; Q5_0 its 32 codes decoded to bytes 0..31 (8 dwords). */
 static AI void cols_dot(const enum ggml_type t, const int V, const char *w, const __m256i *x,
                         __m256i *ia)
 {
@@ -265,9 +266,9 @@ static AI void cols_rows(const enum ggml_type t, const int R, const int V, const
 #ifndef __AVXVNNI__
 /* Q8_0 on plain AVX2, lane = sequence: each activation byte x split in the panel as
  * x = 16 xh + xl, xl = x & 15 (0..15), xh = x >> 4 (-8..7). Per 4 codes w, broadcast raw from
- * the row, and per vector: maddubs(xl, w) (pairs of at most 15 * 128) and
- * maddubs(w + 128, xh) (pairs of at most 255 * 8), each summed over the whole block in int16
- * (8 pairs: 30720 and 32640), then one madd by 1 and one by 16; the 128 comes off as the
+ * the row, and per vector: maddubs(xl, w) (products of at most 15 * 128, a pair 3840) and
+ * maddubs(w + 128, xh) (products of at most 255 * 8, a pair 4080), each summed over the whole
+ * block in int16 (8 pairs: 30720 and 32640), then one madd by 1 and one by 16; the 128 comes off as the
  * panel's -16 * 128 * sum(xh) per block. Two multiply-port ops per 4 codes and vector (the
  * sign path, maddubs of |w| and sign(x, w) then madd: three), one broadcast per 4 codes and
  * row, straight from W, no decode of the row. bench_kernels (avx2, Q8_0, CPU ms per call, best
@@ -280,6 +281,7 @@ static AI void cols_rows(const enum ggml_type t, const int R, const int V, const
 #define Q8X_R2 2
 #endif
 #define Q8X_R (Q8X_R1 > Q8X_R2 ? Q8X_R1 : Q8X_R2)
+_Static_assert(Q8X_R <= COLS_OUT, "the caller's out[] holds COLS_OUT rows of 16 sequences");
 static AI void q8x_rows(const int R, const int V, const char *w0, size_t rb, int ng,
                         const struct cols_panel *P, float *out)
 {
