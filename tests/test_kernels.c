@@ -335,6 +335,49 @@ static void check_batch_independent(enum kern_set set)
     }
 }
 
+/* The avx512 set's one-sequence-tile rows of Q4_0, Q5_0 and IQ4_NL take a VBMI/BITALG path
+ * where the CPU has them: the same bits with it and on the F/BW/VL/VNNI path
+ * (kern_gemm_avx512_vbmi(0)) for whole and partial 16-row groups, row ranges starting inside
+ * a group and ending at the matrix's end, odd block counts and 1 to 8 sequences (Q8_0, which
+ * keeps one path, too); and the F/BW/VL/VNNI path still matches the scalar set and does not
+ * depend on the batch. (On a CPU without VBMI both runs take the same path.) */
+static void test_kernels_avx512_vbmi_rows_give_the_bits_of_the_base_rows(void **state)
+{
+    (void)state;
+    static const enum ggml_type vt[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_IQ4_NL,
+                                        GGML_TYPE_Q8_0};
+    static const int cols[] = {32, 96, 576, 1088};
+    static const int seqs[] = {1, 2, 3, 4, 5, 8};
+    const struct kern_ops *k = kern_ops_get(KERN_SET_AVX512);
+    if (!k)
+        skip();
+    for (size_t ti = 0; ti < sizeof vt / sizeof vt[0]; ti++)
+        for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++) {
+            int rows = 37;
+            struct problem p;
+            problem_init(&p, vt[ti], rows, cols[ci], 8, 61u + (unsigned)(ti * 7 + ci));
+            for (size_t si = 0; si < sizeof seqs / sizeof seqs[0]; si++)
+                for (int r0 = 0; r0 < 6; r0 += 5) {
+                    int ns = seqs[si];
+                    kern_gemm_avx512_vbmi(1);
+                    float *y = run(k, &p, ns, 0, r0, rows);
+                    kern_gemm_avx512_vbmi(0);
+                    float *yb = run(k, &p, ns, 0, r0, rows);
+                    kern_gemm_avx512_vbmi(1);
+                    if (memcmp(y, yb, sizeof(float) * (size_t)ns * (size_t)rows) != 0)
+                        fail_msg("%s cols %d n_seq %d rows from %d: vbmi and base rows differ",
+                                 quant_type_name(p.t), p.cols, ns, r0);
+                    free(y);
+                    free(yb);
+                }
+            problem_free(&p);
+        }
+    kern_gemm_avx512_vbmi(0);
+    check_set_vs_scalar(KERN_SET_AVX512);
+    check_batch_independent(KERN_SET_AVX512);
+    kern_gemm_avx512_vbmi(1);
+}
+
 /* Every count of 8 to 16 decode sequences (the lane-per-sequence kernels: one or two vectors
  * of 8 on AVX2, gemm_avx2_cols.c) gives each sequence the bits it gets alone and stays within
  * the tolerance of the scalar set, with a row count that leaves partial row groups, and rows
@@ -1186,6 +1229,7 @@ int main(void)
         cmocka_unit_test(test_kernels_scalar_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx2_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx512_batching_changes_nothing),
+        cmocka_unit_test(test_kernels_avx512_vbmi_rows_give_the_bits_of_the_base_rows),
         cmocka_unit_test(test_kernels_avx2_decode_of_8_to_16_sequences_matches_one_at_a_time),
         cmocka_unit_test(test_kernels_avxvnni_decode_of_8_to_16_sequences_matches_one_at_a_time),
         cmocka_unit_test(test_kernels_avx2_decode_of_q8_0_takes_every_code),

@@ -14,6 +14,10 @@ int kern_gemm_avx512(const struct kern_mat *W, const struct kern_act *X, int n_s
  * matmul runs them through it, so prompt and decode rows agree bit for bit) and the types
  * it does not take; 0 for the 256-element types, whose matmul keeps its own kernels. */
 int kern_gemm_avx512_agrees(enum ggml_type t);
+/* Test hook: 0 keeps the one-sequence-tile rows of Q4_0, Q5_0 and IQ4_NL on the
+ * F/BW/VL/VNNI path even where the CPU has VBMI and BITALG; 1 (the default) lets them take
+ * the VBMI one there. Both give the same bits. */
+void kern_gemm_avx512_vbmi(int on);
 /* Up to 16 sequences of Q8_0, Q4_0 or IQ4_NL weights, lane = sequence (gemm_avx512_cols.c):
  * the bits of kern_gemm_avx512, or -1 (nothing done) for another type or shape. */
 int kern_gemm_avx512_cols(const struct kern_mat *W, const struct kern_act *X, int n_seq,

@@ -14,6 +14,7 @@
  * sequence) are the same whatever the tile, so a result does not depend on n_seq, the row
  * range, or the other sequences. */
 #include <immintrin.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -361,6 +362,42 @@ static AI size_t block32_bytes(const enum ggml_type t)
                                : sizeof(struct quant_block_q4_0);
 }
 
+/* The activations of sub-blocks g and g + 1 of S sequences for one 64-code step (the second
+ * half zeros when !two). */
+static AI void rows32_act(const char *const *xs, const int S, const size_t *off, int g,
+                          const int two, __m512i xb[4])
+{
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        xb[k] = join(_mm256_loadu_si256((const __m256i *)(xs[k] + off[g])),
+                     two ? _mm256_loadu_si256((const __m256i *)(xs[k] + off[g + 1]))
+                         : _mm256_setzero_si256());
+}
+
+/* The end of one step of a one-block-pair tile: p[k] the 16 rows' vpdpbusd sums for sequence
+ * k, sc the rows' scales of the step's first and second block; reduce16_pairs, then the
+ * float steps of tile_narrow into acc. */
+static AI void rows32_steps(__m512i p[4][16], const __m512 sc[2], const int S, int g,
+                            const int two, const float *dx, const int32_t *ic, const int xst,
+                            __m512 acc[4])
+{
+    __m512i ia[4][2];
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++) {
+        __m512i q[2];
+        reduce16_pairs(p[k], q);
+        ia[k][0] = _mm512_add_epi32(_mm512_set1_epi32(ic[k * xst + g]), q[0]);
+        ia[k][1] = _mm512_add_epi32(_mm512_set1_epi32(ic[k * xst + g + two]), q[1]);
+    }
+    for (int j = 0; j < 1 + two; j++) {
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < S; k++) {
+            __m512 d = _mm512_set1_ps(dx[k * xst + g + j]);
+            acc[k] = step(acc[k], ia[k][j], sc[j], _mm512_setzero_ps(), d, d, 0);
+        }
+    }
+}
+
 /* tile_narrow for the 32-element types, straight from W: each row's blocks decoded in
  * registers, the 16 rows' f16 scales of a block gathered (lane = row), so nothing is
  * stored: the integers and the float steps of tile and tile_narrow. Rows past nr repeat
@@ -387,16 +424,12 @@ static AI void tile_rows32(const enum ggml_type t, const struct kern_mat *W, int
     for (int g = 0; g < ng; g += 2) {
         const int two = g + 1 < ng;
         const char *wg = w0 + (size_t)(g0 + g) * bb;
-        __m512i xb[4], p[4][16], ia[4][2];
+        __m512i xb[4], p[4][16];
         for (int l = 0; l < 32 * (int)bb; l += 64)
             _mm_prefetch(pf + l, _MM_HINT_T0);
         pf += 32 * bb;
         __m512 sc[2];
-        _Pragma("GCC unroll 4")
-        for (int k = 0; k < S; k++)
-            xb[k] = join(_mm256_loadu_si256((const __m256i *)(xs[k] + off[g])),
-                         two ? _mm256_loadu_si256((const __m256i *)(xs[k] + off[g + 1]))
-                             : _mm256_setzero_si256());
+        rows32_act(xs, S, off, g, two, xb);
         _Pragma("GCC unroll 16")
         for (int i = 0; i < 16; i++) {
             const char *wr = wg + (size_t)i * rb;
@@ -410,20 +443,7 @@ static AI void tile_rows32(const enum ggml_type t, const struct kern_mat *W, int
         for (int j = 0; j < 1 + two; j++)
             sc[j] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
                 _mm512_i32gather_epi32(vidx, wg + (size_t)j * bb, 1)));
-        _Pragma("GCC unroll 4")
-        for (int k = 0; k < S; k++) {
-            __m512i q[2];
-            reduce16_pairs(p[k], q);
-            ia[k][0] = _mm512_add_epi32(_mm512_set1_epi32(ic[k * xst + g]), q[0]);
-            ia[k][1] = _mm512_add_epi32(_mm512_set1_epi32(ic[k * xst + g + two]), q[1]);
-        }
-        for (int j = 0; j < 1 + two; j++) {
-            _Pragma("GCC unroll 4")
-            for (int k = 0; k < S; k++) {
-                __m512 d = _mm512_set1_ps(dx[k * xst + g + j]);
-                acc[k] = step(acc[k], ia[k][j], sc[j], _mm512_setzero_ps(), d, d, 0);
-            }
-        }
+        rows32_steps(p, sc, S, g, two, dx, ic, xst, acc);
     }
     _Pragma("GCC unroll 4")
     for (int k = 0; k < S; k++)
@@ -450,6 +470,161 @@ static void rows32_any(const struct kern_mat *W, int r, int g0, const char *cons
     case GGML_TYPE_Q5_0: ROWS32_S(GGML_TYPE_Q5_0); break;
     default: ROWS32_S(GGML_TYPE_IQ4_NL); break;
     }
+}
+
+
+/* ---- the same tiles with VBMI and BITALG (Ice Lake, Zen 4 and later) ----
+ * Q4_0, Q5_0 and IQ4_NL rows load each row's two blocks (36 or 44 bytes) with one masked
+ * load that feeds everything: vpermb lays out the code bytes, Q5_0's fifth bits become the
+ * add mask by vpshufbitqmb, and the 16 rows' f16 scales are merged from the same registers
+ * (scales16) instead of gathered. The same codes and scales, so the same bits as
+ * tile_rows32. Q8_0 keeps tile_rows32: its two blocks (68 bytes) do not fit one load, and it
+ * runs at memory speed already. Chosen at run time (rows32v_ok). */
+
+/* Bytes 0..63 in order, for building byte permutes. */
+static AI __m512i byte_iota(void)
+{
+    return _mm512_set_epi64(0x3f3e3d3c3b3a3938, 0x3736353433323130, 0x2f2e2d2c2b2a2928,
+                            0x2726252423222120, 0x1f1e1d1c1b1a1918, 0x1716151413121110,
+                            0x0f0e0d0c0b0a0908, 0x0706050403020100);
+}
+
+/* The f16 scales of two blocks of 16 rows as floats, lane = row: v[i] holds row i's bytes
+ * from its first block's start (d at word 0, the second block's d at word w1 = bb / 2, and
+ * w1 % 8 < 4 for every 32-element type). Word unpacks pair the rows in each 128-bit lane,
+ * then three dword permutes merge pairs into 4, 8 and 16 rows: the first blocks' words in
+ * dwords 0..7, the second blocks' in 8..15. */
+static AI void scales16(const enum ggml_type t, const __m512i v[16], __m512 sc[2])
+{
+    const int w1 = (int)block32_bytes(t) / 2, d1 = (w1 / 8) * 4 + w1 % 8; /* the pair's dword */
+    __m512i u[8], a[4], b[2];
+    _Pragma("GCC unroll 8")
+    for (int m = 0; m < 8; m++) /* rows 2m, 2m + 1: dword 0 the first d's, d1 the second's */
+        u[m] = _mm512_unpacklo_epi16(v[2 * m], v[2 * m + 1]);
+    const __m512i i2 = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 16 + d1, d1, 0, 0, 0, 0, 0, 0, 16, 0);
+    const __m512i i3 = _mm512_set_epi32(0, 0, 0, 0, 25, 24, 9, 8, 0, 0, 0, 0, 17, 16, 1, 0);
+    const __m512i i4 = _mm512_set_epi32(27, 26, 25, 24, 11, 10, 9, 8, 19, 18, 17, 16, 3, 2, 1, 0);
+    _Pragma("GCC unroll 4")
+    for (int m = 0; m < 4; m++) /* rows 4m..4m+3: dwords 0..1 and 8..9 */
+        a[m] = _mm512_permutex2var_epi32(u[2 * m], i2, u[2 * m + 1]);
+    b[0] = _mm512_permutex2var_epi32(a[0], i3, a[1]); /* rows 0..7: dwords 0..3, 8..11 */
+    b[1] = _mm512_permutex2var_epi32(a[2], i3, a[3]);
+    __m512i f = _mm512_permutex2var_epi32(b[0], i4, b[1]);
+    sc[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(f));
+    sc[1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(f, 1));
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512vbmi,avx512bitalg")
+
+/* codes64 of Q4_0, Q5_0 or IQ4_NL from v, the row's bytes from the first block's start (the
+ * second block's bytes zero when only one is read): qs index p % 16 of block p / 32 to byte
+ * p, high nibbles on lanes 1 and 3; for Q5_0, qword j gets block j / 4's qh in its low 32
+ * bits and vpshufbitqmb picks bit p % 32 for byte p. */
+static AI __m512i codes64v(const enum ggml_type t, const __m512i v)
+{
+    const __m512i iota = byte_iota(), bbv = _mm512_set1_epi8((char)block32_bytes(t));
+    const __mmask64 blk1 = 0xffffffff00000000u;
+    const int five = t == GGML_TYPE_Q5_0;
+    const __m512i ql = _mm512_add_epi8(_mm512_and_si512(iota, _mm512_set1_epi8(15)),
+                                       _mm512_set1_epi8(five ? 6 : 2)); /* qs offset */
+    const __m512i qi = _mm512_mask_add_epi8(ql, blk1, ql, bbv);
+    __m512i b = _mm512_permutexvar_epi8(qi, v);
+    __m512i q = _mm512_and_si512(_mm512_mask_srli_epi16(b, 0xff00ff00u, b, 4),
+                                 _mm512_set1_epi8(15));
+    if (five) {
+        const __m512i hl = _mm512_add_epi8(_mm512_and_si512(iota, _mm512_set1_epi8(3)),
+                                           _mm512_set1_epi8(2));
+        const __m512i hi = _mm512_mask_add_epi8(hl, blk1, hl, bbv);
+        __mmask64 hi5 = _mm512_bitshuffle_epi64_mask(_mm512_permutexvar_epi8(hi, v),
+                                                     _mm512_and_si512(iota, _mm512_set1_epi8(31)));
+        return _mm512_mask_add_epi8(q, hi5, q, _mm512_set1_epi8(0x10));
+    }
+    if (t == GGML_TYPE_IQ4_NL)
+        q = _mm512_shuffle_epi8(
+            _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)quant_iq4_values)), q);
+    return q;
+}
+
+/* tile_rows32 for Q4_0, Q5_0 and IQ4_NL with one load per row and step (above). */
+static AI void tile_rows32v(const enum ggml_type t, const struct kern_mat *W, int r, int g0,
+                            const char *const *xs, const int S, const size_t *off, int ng,
+                            const float *dx, const int32_t *ic, const int xst, float *y,
+                            size_t ys, int first)
+{
+    const size_t bb = block32_bytes(t), rb = W->row_bytes;
+    const char *w0 = (const char *)W->data + (size_t)r * rb;
+    __m512 acc[4];
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        acc[k] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + (size_t)k * ys);
+    const char *pf = w0 + 16 * rb; /* as tile_rows32 */
+    for (int g = 0; g < ng; g += 2) {
+        const int two = g + 1 < ng;
+        const char *wg = w0 + (size_t)(g0 + g) * bb;
+        const __mmask64 lm = ((__mmask64)1 << ((1 + two) * bb)) - 1; /* at most 44 bytes */
+        __m512i xb[4], v[16], p[4][16];
+        __m512 sc[2];
+        for (int l = 0; l < 32 * (int)bb; l += 64)
+            _mm_prefetch(pf + l, _MM_HINT_T0);
+        pf += 32 * bb;
+        rows32_act(xs, S, off, g, two, xb);
+        _Pragma("GCC unroll 16")
+        for (int i = 0; i < 16; i++) {
+            v[i] = _mm512_maskz_loadu_epi8(lm, wg + (size_t)i * rb);
+            __m512i cw = codes64v(t, v[i]);
+            if (t == GGML_TYPE_IQ4_NL) /* signed codes */
+                cw = _mm512_xor_si512(cw, _mm512_set1_epi8((char)0x80));
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < S; k++)
+                p[k][i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), cw, xb[k]);
+        }
+        scales16(t, v, sc);
+        rows32_steps(p, sc, S, g, two, dx, ic, xst, acc);
+    }
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < S; k++)
+        _mm512_storeu_ps(y + (size_t)k * ys, acc[k]);
+}
+
+#define ROWS32V_S(T)                                                                           \
+    do {                                                                                       \
+        switch (S) {                                                                           \
+        case 4: tile_rows32v(T, W, r, g0, xs, 4, off, ng, dx, ic, xst, y, ys, first); break; \
+        case 3: tile_rows32v(T, W, r, g0, xs, 3, off, ng, dx, ic, xst, y, ys, first); break; \
+        case 2: tile_rows32v(T, W, r, g0, xs, 2, off, ng, dx, ic, xst, y, ys, first); break; \
+        default: tile_rows32v(T, W, r, g0, xs, 1, off, ng, dx, ic, xst, y, ys, first); break; \
+        }                                                                                      \
+    } while (0)
+
+/* rows32_any for Q4_0, Q5_0 and IQ4_NL on a CPU with VBMI and BITALG. */
+static void rows32v_any(const struct kern_mat *W, int r, int g0, const char *const *xs, int S,
+                        const size_t *off, int ng, const float *dx, const int32_t *ic, int xst,
+                        float *y, size_t ys, int first)
+{
+    switch (W->type) {
+    case GGML_TYPE_Q4_0: ROWS32V_S(GGML_TYPE_Q4_0); break;
+    case GGML_TYPE_Q5_0: ROWS32V_S(GGML_TYPE_Q5_0); break;
+    default: ROWS32V_S(GGML_TYPE_IQ4_NL); break;
+    }
+}
+
+#pragma GCC pop_options
+
+static atomic_int rows32v_allowed = 1;
+
+void kern_gemm_avx512_vbmi(int on)
+{
+    atomic_store_explicit(&rows32v_allowed, on, memory_order_relaxed);
+}
+
+/* 1 when rows of type t take rows32v_any: the CPU has VBMI and BITALG, the test hook allows
+ * it and t is one of its types. */
+static int rows32v_ok(enum ggml_type t)
+{
+    return (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_IQ4_NL) &&
+           atomic_load_explicit(&rows32v_allowed, memory_order_relaxed) &&
+           __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bitalg");
 }
 
 
@@ -659,6 +834,7 @@ static int narrow_rows(const struct gemm_type *ty, const struct kern_mat *W,
     static _Thread_local int32_t ic[GEMM_NARROW * NARROW_MAXG];
     static _Thread_local size_t off[NARROW_MAXG];
     const int ngt = W->cols / ty->g, zero = ty->sgn ? 128 : ty->off, gk = GEMM_KC / ty->g;
+    const int v = rows32v_ok(W->type);
     const char *xs[GEMM_NARROW];
     if (ngt > NARROW_MAXG)
         return -1;
@@ -685,6 +861,9 @@ static int narrow_rows(const struct gemm_type *ty, const struct kern_mat *W,
                 if (ty->act_q8_k)
                     rowsk_any(ty, W, r, xs + s, S, off, ngt, dx + o, ic + o, xsum + o,
                               NARROW_MAXG, y, (size_t)y_stride);
+                else if (v)
+                    rows32v_any(W, r, 0, xs + s, S, off, ngt, dx + o, ic + o, NARROW_MAXG, y,
+                                (size_t)y_stride, 1);
                 else
                     rows32_any(W, r, 0, xs + s, S, off, ngt, dx + o, ic + o, NARROW_MAXG, y,
                                (size_t)y_stride, 1);
