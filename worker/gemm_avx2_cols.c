@@ -4,7 +4,8 @@
  * each weight row is read once, straight from W: per 4 elements one broadcast of the row's 4
  * codes serves the 8 or 16 sequences (one or two vectors). No horizontal sums, no per-tile
  * activation scale shuffles, and the cost per weight byte does not grow with the number of
- * sequences up to 8, then up to 16.
+ * sequences up to 8, then up to 16. The prefill GEMM (gemm_avx2.c) runs Q8_0 here too, 16
+ * sequences per call.
  *
  * The integer dot: with AVX-VNNI (gemm_avxvnni_cols.c builds this file with -mavxvnni) one
  * vpdpbusd per vector, the codes made unsigned (Q8_0 and IQ4_NL xor 0x80, Q4_0's nibbles and
@@ -613,6 +614,73 @@ static void panel_q8_k(enum ggml_type t, const struct kern_act *X, int n_seq, in
     }
 }
 
+/* The panel of n_seq Q8_0 activations over ng blocks (zero beyond n_seq), eight sequences
+ * at a time: each sequence's 32 bytes in one vector, transposed so that vector j holds dword
+ * j of the eight. split (q8x_rows): x holds each byte's x & 15 and xh its x >> 4 (signed), ic
+ * -16 * 128 * sum(x >> 4); otherwise x holds the bytes and ic -zero * sum(bytes). */
+static void panel_q8_0(const struct kern_act *X, int n_seq, int V, int ng, int split, int zero,
+                       struct cols_panel *P)
+{
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int g = 0; g < ng; g++)
+        for (int v = 0; v < V; v++) {
+            __m256i r[8], t[8];
+            uint16_t h[8];
+            for (int i = 0; i < 8; i++) {
+                int s = 8 * v + i;
+                if (s < n_seq) {
+                    const struct quant_block_q8_0 *b =
+                        (const struct quant_block_q8_0 *)((const char *)X->data +
+                                                          (size_t)s * X->stride) + g;
+                    r[i] = _mm256_loadu_si256((const __m256i *)b->qs);
+                    h[i] = b->d;
+                } else {
+                    r[i] = _mm256_setzero_si256();
+                    h[i] = 0;
+                }
+            }
+            _mm256_store_ps((float *)&P->dx[g][v],
+                            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)));
+#ifdef __AVXVNNI__
+            (void)split;
+#else
+            if (split) {
+                const __m256i low4 = _mm256_set1_epi8(15), eight = _mm256_set1_epi8(8);
+                __m256i lo[8];
+                for (int i = 0; i < 8; i++) {
+                    lo[i] = _mm256_and_si256(r[i], low4);
+                    /* x >> 4 as a signed nibble: ((x >> 4) & 15) ^ 8, less 8 */
+                    r[i] = _mm256_sub_epi8(
+                        _mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(r[i], 4), low4), eight),
+                        eight);
+                }
+                transpose8x8_epi32(lo, t);
+                for (int j = 0; j < 8; j++)
+                    _mm256_store_si256(&P->x[8 * g + j][v], t[j]);
+                transpose8x8_epi32(r, t);
+                /* eight nibbles of -8..7 add in int8 */
+                __m256i a = t[0];
+                for (int j = 0; j < 8; j++) {
+                    _mm256_store_si256(&P->xh[8 * g + j][v], t[j]);
+                    a = j ? _mm256_add_epi8(a, t[j]) : a;
+                }
+                __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, a), ones16);
+                _mm256_store_si256(&P->ic[g][v],
+                                   _mm256_mullo_epi32(sum, _mm256_set1_epi32(-16 * 128)));
+                continue;
+            }
+#endif
+            transpose8x8_epi32(r, t);
+            __m256i a = _mm256_setzero_si256();
+            for (int j = 0; j < 8; j++) {
+                _mm256_store_si256(&P->x[8 * g + j][v], t[j]);
+                a = _mm256_add_epi16(a, _mm256_maddubs_epi16(ones8, t[j]));
+            }
+            __m256i sum = _mm256_madd_epi16(a, ones16);
+            _mm256_store_si256(&P->ic[g][v], _mm256_mullo_epi32(sum, _mm256_set1_epi32(-zero)));
+        }
+}
+
 int COLS_FN(const struct kern_mat *W, const struct kern_act *X, int n_seq, float *Y,
             int y_stride, int row_begin, int row_end)
 {
@@ -641,54 +709,8 @@ int COLS_FN(const struct kern_mat *W, const struct kern_act *X, int n_seq, float
 #endif
     if (kq)
         panel_q8_k(t, X, n_seq, V, ng, &P);
-    for (int g = 0; !kq && g < ng; g++) {
-        int32_t xd[8][16], xh[8][16], ic[16];
-        float dx[16];
-        for (int s = 0; s < 8 * V; s++) {
-            if (s >= n_seq) {
-                for (int j = 0; j < 8; j++)
-                    xd[j][s] = xh[j][s] = 0;
-                dx[s] = 0.0f;
-                ic[s] = 0;
-                continue;
-            }
-            const struct quant_block_q8_0 *b =
-                (const struct quant_block_q8_0 *)((const char *)X->data +
-                                                  (size_t)s * X->stride) + g;
-            int sum = 0;
-            if (q8x) {
-                int8_t lo[QUANT_QK], hi[QUANT_QK];
-                for (int l = 0; l < QUANT_QK; l++) {
-                    lo[l] = (int8_t)(b->qs[l] & 15);
-                    hi[l] = (int8_t)(b->qs[l] >> 4);
-                    sum += hi[l];
-                }
-                for (int j = 0; j < 8; j++) {
-                    xd[j][s] = ld32(lo + 4 * j);
-                    xh[j][s] = ld32(hi + 4 * j);
-                }
-                ic[s] = -16 * 128 * sum;
-            } else {
-                for (int l = 0; l < QUANT_QK; l++)
-                    sum += b->qs[l];
-                for (int j = 0; j < 8; j++)
-                    xd[j][s] = ld32(b->qs + 4 * j);
-                ic[s] = -zero * sum;
-            }
-            dx[s] = _cvtsh_ss(b->d);
-        }
-        for (int v = 0; v < V; v++) {
-            for (int j = 0; j < 8; j++)
-                P.x[8 * g + j][v] = _mm256_loadu_si256((const __m256i *)&xd[j][8 * v]);
-#ifndef __AVXVNNI__
-            if (q8x)
-                for (int j = 0; j < 8; j++)
-                    P.xh[8 * g + j][v] = _mm256_loadu_si256((const __m256i *)&xh[j][8 * v]);
-#endif
-            P.dx[g][v] = _mm256_loadu_ps(&dx[8 * v]);
-            P.ic[g][v] = _mm256_loadu_si256((const __m256i *)&ic[8 * v]);
-        }
-    }
+    if (!kq)
+        panel_q8_0(X, n_seq, V, ng, q8x, zero, &P);
     float out[COLS_OUT * 16] __attribute__((aligned(32)));
     const size_t rb = W->row_bytes;
 #ifdef __AVXVNNI__
