@@ -303,6 +303,51 @@ static void test_kernels_avx512_one_sequence_k_rows_same_bits_from_any_first_row
     }
 }
 
+/* At one sequence the AVX2 sets run Q4_K, Q5_K and Q6_K rows four at a time from the call's
+ * first row, then two, then one: a row's bits do not depend on where a call starts or which
+ * group it falls in, and are those of the avx2 set's tile of four sequences. */
+static void check_one_sequence_k_rows_any_grouping(enum kern_set set)
+{
+    static const enum ggml_type kt[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    const struct kern_ops *k = kern_ops_get(set), *ref = kern_ops_get(KERN_SET_AVX2);
+    const int rows = 15;
+    if (!k)
+        skip();
+    for (size_t ti = 0; ti < 3; ti++) {
+        struct problem p;
+        problem_init(&p, kt[ti], rows, 3 * 256, 4, 61u + (unsigned)ti);
+        struct kern_act X = p.X;
+        float *whole = run(k, &p, 1, 0, 0, rows), *tile = run(ref, &p, 4, 0, 0, rows);
+        assert_memory_equal(whole, tile, sizeof(float) * (size_t)rows);
+        for (int r0 = 1; r0 < 8; r0++) {
+            float *y = run(k, &p, 1, 0, r0, rows);
+            k->matmul(&p.W, &X, 1, y, rows, 0, r0);
+            assert_memory_equal(y, whole, sizeof(float) * (size_t)rows);
+            free(y);
+        }
+        for (int r = 0; r < rows; r++) {
+            float *y = run(k, &p, 1, 0, r, r + 1);
+            assert_memory_equal(&y[r], &whole[r], sizeof(float));
+            free(y);
+        }
+        free(whole);
+        free(tile);
+        problem_free(&p);
+    }
+}
+
+static void test_kernels_avx2_one_sequence_k_rows_same_bits_in_any_row_group(void **state)
+{
+    (void)state;
+    check_one_sequence_k_rows_any_grouping(KERN_SET_AVX2);
+}
+
+static void test_kernels_avxvnni_one_sequence_k_rows_same_bits_in_any_row_group(void **state)
+{
+    (void)state;
+    check_one_sequence_k_rows_any_grouping(KERN_SET_AVXVNNI);
+}
+
 /* One sequence alone, in a batch of 8 or 13, or with the rows split across two calls: the
  * same float bits. */
 static void check_batch_independent(enum kern_set set)
@@ -1226,6 +1271,8 @@ int main(void)
         cmocka_unit_test(test_kernels_avxvnni_matmul_equals_avx2_bit_for_bit),
         cmocka_unit_test(test_kernels_avx512_k_quant_rows_equal_avx2_bit_for_bit),
         cmocka_unit_test(test_kernels_avx512_one_sequence_k_rows_same_bits_from_any_first_row),
+        cmocka_unit_test(test_kernels_avx2_one_sequence_k_rows_same_bits_in_any_row_group),
+        cmocka_unit_test(test_kernels_avxvnni_one_sequence_k_rows_same_bits_in_any_row_group),
         cmocka_unit_test(test_kernels_scalar_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx2_batching_changes_nothing),
         cmocka_unit_test(test_kernels_avx512_batching_changes_nothing),

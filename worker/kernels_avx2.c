@@ -6,8 +6,8 @@
  * file again with -mavxvnni as the avxvnni set: the integer dots (kernels_simd.h's dot_u8s8*)
  * become vpdpbusd and vpdpwssd with the same sums, so the two sets give the same bits. Every
  * (row, sequence) dot forms the same exact integer sums and runs the same float steps whether
- * it is computed alone, in a tile of 4 sequences or beside another row (the one-sequence
- * Q4_K/Q5_K/Q6_K rows go two at a time), so batching never changes a result bit. */
+ * it is computed alone, in a tile of 4 sequences or beside other rows (the one-sequence
+ * Q4_K/Q5_K/Q6_K rows go four, then two at a time), so batching never changes a result bit. */
 #include "kernels.h"
 
 #include <immintrin.h>
@@ -449,6 +449,28 @@ static AI void tile_q45_k(const char *w, const int five, const char *x, size_t x
  * 0.346 at 64, 0.336 / 0.390 at 128). */
 #define ROW2_PFK 64
 
+/* q4_k_scales_x on two Q4_K/Q5_K blocks at once, b0 and b0 + rb (scales so bytes into a
+ * block): r1, r2 as there, row r in 128-bit lane r; vh each block's first 16 bytes ((d, dmin)
+ * first), row r in lane r. */
+static AI void q45_k_scales2(const char *b0, size_t rb, size_t so, __m256i *r1, __m256i *r2,
+                             __m256i *vh)
+{
+    const char *b1 = b0 + rb;
+    const __m256i v = _mm256_loadu2_m128i((const __m128i *)(b1 + so), (const __m128i *)(b0 + so));
+    const __m256i v8 = _mm256_loadu2_m128i((const __m128i *)(b1 + so + 8),
+                                           (const __m128i *)(b0 + so + 8));
+    *vh = _mm256_loadu2_m128i((const __m128i *)b1, (const __m128i *)b0);
+    __m256i t = _mm256_and_si256(
+        _mm256_srlv_epi32(v, _mm256_set_epi32(0, 4, 0, 0, 0, 4, 0, 0)),
+        _mm256_set_epi32(0, 0x0f0f0f0f, 0x3f3f3f3f, 0x3f3f3f3f, 0, 0x0f0f0f0f, 0x3f3f3f3f,
+                         0x3f3f3f3f));
+    *r1 = _mm256_or_si256(
+        t, _mm256_and_si256(_mm256_srli_epi32(*vh, 2),
+                            _mm256_set_epi32(0, 0x30303030, 0, 0, 0, 0x30303030, 0, 0)));
+    *r2 = _mm256_or_si256(_mm256_and_si256(v8, _mm256_set1_epi8(15)),
+                          _mm256_and_si256(_mm256_srli_epi32(v, 2), _mm256_set1_epi8(0x30)));
+}
+
 /* Two Q4_K or Q5_K rows (rb bytes apart) against one sequence, results in y[0] and y[1]:
  * tile_q45_k's integer sums and float steps at S = 1 for each row, the two rows sharing the
  * activation loads, one scale decode (row r in 128-bit lane r), one mins product and one
@@ -465,7 +487,6 @@ static AI void tile_q45_k_r2(const char *w, size_t rb, const int five, const cha
     const size_t qo = five ? offsetof(struct quant_block_q5_k, qs)
                            : offsetof(struct quant_block_q4_k, qs);
     const __m256i low4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
-    const __m256i hi2 = _mm256_set1_epi8(0x30);
     /* each lane's int32 j: its row's scale j as dot_u8s8_pair takes it */
     const __m256i pair = _mm256_broadcastsi128_si256(SCALE_PAIRS_CTL);
     /* each lane: its row's mins 0..7 as int16 */
@@ -477,21 +498,8 @@ static AI void tile_q45_k_r2(const char *w, size_t rb, const int five, const cha
         prefetch_unit(b0 + ROW2_PFK * bs, bs);
         prefetch_unit(b1 + ROW2_PFK * bs, bs);
         const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)x + i;
-        /* q4_k_scales_x on both rows at once: r1, r2 as there, lane r for row r */
-        const __m256i v = _mm256_loadu2_m128i((const __m128i *)(b1 + so),
-                                              (const __m128i *)(b0 + so));
-        const __m256i vh = _mm256_loadu2_m128i((const __m128i *)b1, (const __m128i *)b0);
-        const __m256i v8 = _mm256_loadu2_m128i((const __m128i *)(b1 + so + 8),
-                                               (const __m128i *)(b0 + so + 8));
-        __m256i t = _mm256_and_si256(
-            _mm256_srlv_epi32(v, _mm256_set_epi32(0, 4, 0, 0, 0, 4, 0, 0)),
-            _mm256_set_epi32(0, 0x0f0f0f0f, 0x3f3f3f3f, 0x3f3f3f3f, 0, 0x0f0f0f0f, 0x3f3f3f3f,
-                             0x3f3f3f3f));
-        __m256i r1 = _mm256_or_si256(
-            t, _mm256_and_si256(_mm256_srli_epi32(vh, 2),
-                                _mm256_set_epi32(0, 0x30303030, 0, 0, 0, 0x30303030, 0, 0)));
-        __m256i r2 = _mm256_or_si256(_mm256_and_si256(v8, low4),
-                                     _mm256_and_si256(_mm256_srli_epi32(v, 2), hi2));
+        __m256i r1, r2, vh;
+        q45_k_scales2(b0, rb, so, &r1, &r2, &vh);
         __m256i p1 = _mm256_shuffle_epi8(r1, pair), p2 = _mm256_shuffle_epi8(r2, pair);
         /* sp[r][h]: row r's scales 4h..4h+3 in both lanes */
         const __m256i sp[2][2] = {
@@ -545,6 +553,137 @@ static AI void tile_q45_k_r2(const char *w, size_t rb, const int five, const cha
         acc = _mm_fnmadd_ps(_mm_movehl_ps(f, f), _mm_movehl_ps(g, g), acc);
     }
     _mm_storel_pi((__m64 *)y, acc);
+}
+
+/* Steps (a superblock of each of the four rows) ahead tile_q45_k_r4 and tile_q6_k_r4
+ * prefetch. Four rows read at once are four streams: each row's own stream ahead (as
+ * ROW2_PFK) skips rows of the next group, so the group prefetches where it will read
+ * ROW4_PFK steps on, in this group or the next ones (groups of four rows follow each other),
+ * the four rows at once, as kernels_avx512.c's pf4. */
+#ifndef ROW4_PFK
+#define ROW4_PFK 32
+#endif
+
+/* The step ROW4_PFK on from the first, in the group starting at w (rows rb bytes apart, nb
+ * superblocks of bs bytes): its row 0's superblock; row r's is r * rb on. */
+struct pf4 {
+    const char *p, *group;
+    size_t rb, bs;
+    int j, nb;
+};
+
+static AI struct pf4 pf4_start(const char *w, size_t rb, int nb, size_t bs)
+{
+    struct pf4 pf = {.group = w + (size_t)(ROW4_PFK / nb) * 4 * rb, .rb = rb, .bs = bs,
+                     .j = ROW4_PFK % nb, .nb = nb};
+    pf.p = pf.group + (size_t)pf.j * bs;
+    return pf;
+}
+
+/* Prefetch the step's four superblocks, then move on a step. */
+static AI void pf4_step(struct pf4 *pf)
+{
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < 4; r++)
+        prefetch_unit(pf->p + r * pf->rb, pf->bs);
+    if (++pf->j == pf->nb) {
+        pf->j = 0;
+        pf->group += 4 * pf->rb;
+        pf->p = pf->group;
+    } else {
+        pf->p += pf->bs;
+    }
+}
+
+/* One Q4_K/Q5_K block's (at b) exact integer sum against activation block a, its sub-block
+ * scales folded in, the mins apart: tile_q45_k_r2's sums for one row. sp0, sp1: the row's
+ * scales 0..3 and 4..7 as dot_u8s8_pair takes them, in both lanes. */
+static AI __m256i q45_k_isum(const char *b, const int five, const struct quant_block_q8_k *a,
+                             __m256i sp0, __m256i sp1)
+{
+    const size_t qo = five ? offsetof(struct quant_block_q5_k, qs)
+                           : offsetof(struct quant_block_q4_k, qs);
+    const __m256i low4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    __m256i hq = _mm256_setzero_si256(), isum = _mm256_setzero_si256();
+    if (five)
+        hq = _mm256_loadu_si256((const __m256i *)((const struct quant_block_q5_k *)b)->qh);
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < 4; c++) {
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)(a->qs + 64 * c));
+        __m256i x1 = _mm256_loadu_si256((const __m256i *)(a->qs + 64 * c + 32));
+        __m256i raw = _mm256_loadu_si256((const __m256i *)(b + qo + 32 * c));
+        __m256i q0 = _mm256_and_si256(raw, low4);
+        __m256i q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        if (five) {
+            __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hq, 2 * c), one);
+            __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hq, 2 * c + 1), one);
+            q0 = _mm256_or_si256(q0, _mm256_slli_epi16(h0, 4));
+            q1 = _mm256_or_si256(q1, _mm256_slli_epi16(h1, 4));
+        }
+        __m256i sp = c < 2 ? sp0 : sp1;
+        __m256i s0 = _mm256_shuffle_epi32(sp, (2 * (c % 2)) * 0x55);
+        __m256i s1 = _mm256_shuffle_epi32(sp, (2 * (c % 2) + 1) * 0x55);
+        isum = dot_u8s8_pair(dot_u8s8_pair(isum, q0, x0, s0), q1, x1, s1);
+        __asm__("" : "+x"(isum)); /* in order, as in tile_q45_k_r2 */
+    }
+    return isum;
+}
+
+/* Four Q4_K or Q5_K rows (rb bytes apart) against one sequence, results in y[0..3]:
+ * tile_q45_k_r2's integer sums and float steps (tile_q45_k's at S = 1) for each row. The
+ * rows' scales are decoded two rows a vector as there; the four rows' sums are reduced
+ * together (lane r for row r) and their float steps are lane-wise. */
+static AI void tile_q45_k_r4(const char *w, size_t rb, const int five, const char *x, int nb,
+                             float *y)
+{
+    const size_t bs = five ? sizeof(struct quant_block_q5_k) : sizeof(struct quant_block_q4_k);
+    const size_t so = five ? offsetof(struct quant_block_q5_k, scales)
+                           : offsetof(struct quant_block_q4_k, scales);
+    const __m256i pair = _mm256_broadcastsi128_si256(SCALE_PAIRS_CTL);
+    const __m256i mins = _mm256_broadcastsi128_si256(_mm_set_epi8(
+        -128, 11, -128, 10, -128, 9, -128, 8, -128, 7, -128, 6, -128, 5, -128, 4));
+    /* per dword (d, dmin) of rows 0..3: the four d, then the four dmin */
+    const __m128i dsplit = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    struct pf4 pf = pf4_start(w, rb, nb, bs);
+    __m128 acc = _mm_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const char *b0 = w + (size_t)i * bs;
+        pf4_step(&pf);
+        const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)x + i;
+        __m256i bsv = _mm256_loadu_si256((const __m256i *)a->bsums);
+        bsv = _mm256_hadd_epi16(bsv, bsv);
+        __m256i isum[4], msum[2], vh[2];
+        _Pragma("GCC unroll 2")
+        for (int p = 0; p < 2; p++) {
+            __m256i r1, r2;
+            q45_k_scales2(b0 + 2 * p * rb, rb, so, &r1, &r2, &vh[p]);
+            /* as tile_q45_k_r2: lanes [rows 2p, 2p + 1 mins 0..3 | mins 4..7] */
+            msum[p] = _mm256_madd_epi16(_mm256_permute4x64_epi64(_mm256_shuffle_epi8(r1, mins),
+                                                                 _MM_SHUFFLE(3, 1, 2, 0)),
+                                        bsv);
+            __m256i p1 = _mm256_shuffle_epi8(r1, pair), p2 = _mm256_shuffle_epi8(r2, pair);
+            _Pragma("GCC unroll 2")
+            for (int l = 0; l < 2; l++)
+                isum[2 * p + l] = q45_k_isum(b0 + (2 * p + l) * rb, five, a,
+                                             _mm256_permute2x128_si256(p1, p1, l ? 0x11 : 0x00),
+                                             _mm256_permute2x128_si256(p2, p2, l ? 0x11 : 0x00));
+        }
+        /* isum of rows 0..3, then msum of rows 0..3 (exact): each half of hi and hm holds
+         * part of every row's sum */
+        __m256i hi = _mm256_hadd_epi32(_mm256_hadd_epi32(isum[0], isum[1]),
+                                       _mm256_hadd_epi32(isum[2], isum[3]));
+        __m256i hm = _mm256_hadd_epi32(msum[0], msum[1]);
+        __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_permute2x128_si256(hi, hm, 0x20),
+                                                       _mm256_permute2x128_si256(hi, hm, 0x31)));
+        /* dwords (d, dmin) of rows 0..3 */
+        __m256i u = _mm256_unpacklo_epi32(vh[0], vh[1]); /* [h0 h2 . . | h1 h3 . .] */
+        __m128i h = _mm_unpacklo_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
+        __m256 g = _mm256_mul_ps(_mm256_cvtph_ps(_mm_shuffle_epi8(h, dsplit)),
+                                 _mm256_set1_ps(a->d));
+        acc = _mm_fmadd_ps(_mm256_castps256_ps128(f), _mm256_castps256_ps128(g), acc);
+        acc = _mm_fnmadd_ps(_mm256_extractf128_ps(f, 1), _mm256_extractf128_ps(g, 1), acc);
+    }
+    _mm_storeu_ps(y, acc);
 }
 
 /* Codes 32v..32v+31 of a Q6_K half-block (0..63, stored +32): their low 4 bits from l (ql
@@ -655,6 +794,57 @@ static AI void tile_q6_k_r2(const char *w, size_t rb, const char *x, int nb, flo
         acc = _mm_fmadd_ps(f, _mm_mul_ps(_mm_cvtph_ps(dd), _mm_set1_ps(a->d)), acc);
     }
     _mm_storel_pi((__m64 *)y, acc);
+}
+
+/* One Q6_K block's (b) exact integer sum against activation block a (bsv its bsums):
+ * tile_q6_k_r2's sums for one row. */
+static AI __m256i q6_k_isum(const struct quant_block_q6_k *b, const struct quant_block_q8_k *a,
+                            __m256i bsv)
+{
+    /* as tile_q6_k: q was stored +32, so start from -32 * sum_k sc_k * bsum_k */
+    __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+    __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                    _mm256_slli_epi32(_mm256_madd_epi16(bsv, sc16), 5));
+    _Pragma("GCC unroll 2")
+    for (int h = 0; h < 2; h++) {
+        __m256i half = _mm256_permute2x128_si256(sc16, sc16, h ? 0x11 : 0x00);
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+        _Pragma("GCC unroll 4")
+        for (int v = 0; v < 4; v++) {
+            __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 128 * h + 32 * v));
+            __m256i l = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32 * (v & 1)));
+            isum = dot_u8s8_pair(isum, q6_k_codes(l, qh, v), qx,
+                                 bcast16_pair(half, 2 * v, 2 * v + 1));
+            __asm__("" : "+x"(isum)); /* in order, as in tile_q45_k_r2 */
+        }
+    }
+    return isum;
+}
+
+/* Four Q6_K rows (rb bytes apart) against one sequence, results in y[0..3]: tile_q6_k_r2's
+ * integer sums and float step (tile_q6_k's at S = 1) for each row, the four rows' sums
+ * reduced together (lane r for row r) and their float steps lane-wise. */
+static AI void tile_q6_k_r4(const char *w, size_t rb, const char *x, int nb, float *y)
+{
+    struct pf4 pf = pf4_start(w, rb, nb, sizeof(struct quant_block_q6_k));
+    __m128 acc = _mm_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const struct quant_block_q8_k *a = (const struct quant_block_q8_k *)x + i;
+        const __m256i bsv = _mm256_loadu_si256((const __m256i *)a->bsums);
+        __m256i isum[4];
+        uint64_t d4 = 0;
+        pf4_step(&pf);
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < 4; r++) {
+            const struct quant_block_q6_k *b = (const struct quant_block_q6_k *)(w + r * rb) + i;
+            isum[r] = q6_k_isum(b, a, bsv);
+            d4 |= (uint64_t)b->d << 16 * r;
+        }
+        __m128 f = _mm_cvtepi32_ps(hsum4(isum[0], isum[1], isum[2], isum[3]));
+        __m128 g = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)d4)), _mm_set1_ps(a->d));
+        acc = _mm_fmadd_ps(f, g, acc);
+    }
+    _mm_storeu_ps(y, acc);
 }
 
 /* IQ4_XS: per sub-block of 32, the table lookup gives signed levels; the sign moves onto x.
@@ -778,7 +968,7 @@ ROW_FN(row_bf16, CALL_BF16)
 typedef kern_row_fn row_fn;
 
 /* Two rows (rb bytes apart) against one sequence of n elements, results in y[0], y[1]: the
- * bits row_fn gives each row alone. */
+ * bits row_fn gives each row alone. The four-row functions take the same type. */
 typedef void (*row2_fn)(const char *w, size_t rb, const char *x, int n, float *y);
 
 static void row2_q4_k(const char *w, size_t rb, const char *x, int n, float *y)
@@ -794,6 +984,22 @@ static void row2_q5_k(const char *w, size_t rb, const char *x, int n, float *y)
 static void row2_q6_k(const char *w, size_t rb, const char *x, int n, float *y)
 {
     tile_q6_k_r2(w, rb, x, n / QUANT_QK_K, y);
+}
+
+/* Four rows (rb bytes apart) likewise, results in y[0..3]. */
+static void row4_q4_k(const char *w, size_t rb, const char *x, int n, float *y)
+{
+    tile_q45_k_r4(w, rb, 0, x, n / QUANT_QK_K, y);
+}
+
+static void row4_q5_k(const char *w, size_t rb, const char *x, int n, float *y)
+{
+    tile_q45_k_r4(w, rb, 1, x, n / QUANT_QK_K, y);
+}
+
+static void row4_q6_k(const char *w, size_t rb, const char *x, int n, float *y)
+{
+    tile_q6_k_r4(w, rb, x, n / QUANT_QK_K, y);
 }
 
 /* Calls of this many sequences up to 16 take gemm_avx2_cols.c (the sequence as the lane)
@@ -816,7 +1022,7 @@ void KSET(matmul)(const struct kern_mat *W, const struct kern_act *X, int n_seq,
                   int y_stride, int row_begin, int row_end)
 {
     row_fn f;
-    row2_fn f2 = NULL;
+    row2_fn f2 = NULL, f4 = NULL;
     if (cols(W, X, n_seq, Y, y_stride, row_begin, row_end) == 0)
         return;
     switch (W->type) {
@@ -833,13 +1039,13 @@ void KSET(matmul)(const struct kern_mat *W, const struct kern_act *X, int n_seq,
         matmul_iq4_nl(W, X, n_seq, Y, y_stride, row_begin, row_end);
         return;
     case GGML_TYPE_Q4_K:
-        f = row_q4_k, f2 = row2_q4_k;
+        f = row_q4_k, f2 = row2_q4_k, f4 = row4_q4_k;
         break;
     case GGML_TYPE_Q5_K:
-        f = row_q5_k, f2 = row2_q5_k;
+        f = row_q5_k, f2 = row2_q5_k, f4 = row4_q5_k;
         break;
     case GGML_TYPE_Q6_K:
-        f = row_q6_k, f2 = row2_q6_k;
+        f = row_q6_k, f2 = row2_q6_k, f4 = row4_q6_k;
         break;
     case GGML_TYPE_IQ4_XS: f = row_iq4_xs; break;
     case GGML_TYPE_F32:
@@ -859,8 +1065,8 @@ void KSET(matmul)(const struct kern_mat *W, const struct kern_act *X, int n_seq,
     int chunk = kern_seq_chunk(X->stride);
     for (int s0 = 0; s0 < n_seq; s0 += chunk) {
         int ns = n_seq - s0 < chunk ? n_seq - s0 : chunk;
-        /* with f2, the sequences past the last whole tile of 4 go one at a time, two rows a
-         * call */
+        /* with f2, the sequences past the last whole tile of 4 go one at a time, four rows a
+         * call, then two, then one */
         int n4 = f2 ? ns / 4 * 4 : ns;
         if (n4)
             for (int r = row_begin; r < row_end; r++)
@@ -870,6 +1076,8 @@ void KSET(matmul)(const struct kern_mat *W, const struct kern_act *X, int n_seq,
             const char *x = xd + (size_t)(s0 + s) * X->stride;
             float *y = Y + (size_t)(s0 + s) * y_stride;
             int r = row_begin;
+            for (; r + 4 <= row_end; r += 4)
+                f4(wd + (size_t)r * W->row_bytes, W->row_bytes, x, X->n, y + r);
             for (; r + 2 <= row_end; r += 2)
                 f2(wd + (size_t)r * W->row_bytes, W->row_bytes, x, X->n, y + r);
             for (; r < row_end; r++)
