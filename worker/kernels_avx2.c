@@ -621,9 +621,20 @@ static AI __m256i q45_k_isum(const char *b, const int five, const struct quant_b
             q1 = _mm256_or_si256(q1, _mm256_slli_epi16(h1, 4));
         }
         __m256i sp = c < 2 ? sp0 : sp1;
+#ifdef __AVXVNNI__
+        /* each int32 of vpdpbusd (four products, codes <= 31, |x| <= 128) fits int16: the
+         * two sub-blocks' sums packed into one vector take one vpdpwssd, its scales
+         * (sc, sc) for sub-block 2c's words, then 2c + 1's */
+        __m256i p = _mm256_packs_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), q0, x0),
+                                       _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), q1, x1));
+        const int j = 2 * (c % 2);
+        isum = _mm256_dpwssd_avx_epi32(isum, p,
+                                       _mm256_shuffle_epi32(sp, _MM_SHUFFLE(j + 1, j + 1, j, j)));
+#else
         __m256i s0 = _mm256_shuffle_epi32(sp, (2 * (c % 2)) * 0x55);
         __m256i s1 = _mm256_shuffle_epi32(sp, (2 * (c % 2) + 1) * 0x55);
         isum = dot_u8s8_pair(dot_u8s8_pair(isum, q0, x0, s0), q1, x1, s1);
+#endif
         __asm__("" : "+x"(isum)); /* in order, as in tile_q45_k_r2 */
     }
     return isum;
@@ -639,7 +650,9 @@ static AI void tile_q45_k_r4(const char *w, size_t rb, const int five, const cha
     const size_t bs = five ? sizeof(struct quant_block_q5_k) : sizeof(struct quant_block_q4_k);
     const size_t so = five ? offsetof(struct quant_block_q5_k, scales)
                            : offsetof(struct quant_block_q4_k, scales);
-    const __m256i pair = _mm256_broadcastsi128_si256(SCALE_PAIRS_CTL);
+    /* each lane's int32 j: its row's scale j as (sc, sc), as q45_k_isum takes it */
+    const __m256i pair = _mm256_broadcastsi128_si256(
+        _mm_set_epi8(-128, 3, -128, 3, -128, 2, -128, 2, -128, 1, -128, 1, -128, 0, -128, 0));
     const __m256i mins = _mm256_broadcastsi128_si256(_mm_set_epi8(
         -128, 11, -128, 10, -128, 9, -128, 8, -128, 7, -128, 6, -128, 5, -128, 4));
     /* per dword (d, dmin) of rows 0..3: the four d, then the four dmin */
@@ -796,6 +809,20 @@ static AI void tile_q6_k_r2(const char *w, size_t rb, const char *x, int nb, flo
     _mm_storel_pi((__m64 *)y, acc);
 }
 
+#ifdef __AVXVNNI__
+/* The scales of two Q6_K code vectors' vpdpbusd sums packed together (vpackssdw of vectors v
+ * and v + 1 of a half-block): from half (the half-block's 8 int16 scales in both 128-bit
+ * lanes), int16 lanes 0-3 of 128-bit lane 0 scale 2v, 4-7 scale 2v + 2; of lane 1, 2v + 1
+ * and 2v + 3. One byte shuffle. */
+static AI __m256i bcast16_quad(__m256i half, int v)
+{
+#define Q16(s) ((long long)(0x0001000100010001ULL * (unsigned)((2 * (s) + 1) << 8 | 2 * (s))))
+    return _mm256_shuffle_epi8(half, _mm256_set_epi64x(Q16(2 * v + 3), Q16(2 * v + 1),
+                                                       Q16(2 * v + 2), Q16(2 * v)));
+#undef Q16
+}
+#endif
+
 /* One Q6_K block's (b) exact integer sum against activation block a (bsv its bsums):
  * tile_q6_k_r2's sums for one row. */
 static AI __m256i q6_k_isum(const struct quant_block_q6_k *b, const struct quant_block_q8_k *a,
@@ -809,6 +836,25 @@ static AI __m256i q6_k_isum(const struct quant_block_q6_k *b, const struct quant
     for (int h = 0; h < 2; h++) {
         __m256i half = _mm256_permute2x128_si256(sc16, sc16, h ? 0x11 : 0x00);
         __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+#ifdef __AVXVNNI__
+        /* each int32 of vpdpbusd (four products, codes <= 63, |x| <= 128) fits int16: two
+         * vectors' sums packed into one take one vpdpwssd, int16 lanes 0-3 of each 128-bit
+         * lane from vector v, 4-7 from v + 1, each against its sub-block's scale */
+        _Pragma("GCC unroll 2")
+        for (int v = 0; v < 4; v += 2) {
+            __m256i p[2];
+            _Pragma("GCC unroll 2")
+            for (int e = 0; e < 2; e++) {
+                const int u = v + e;
+                __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 128 * h + 32 * u));
+                __m256i l = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32 * (u & 1)));
+                p[e] = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), q6_k_codes(l, qh, u), qx);
+            }
+            isum = _mm256_dpwssd_avx_epi32(isum, _mm256_packs_epi32(p[0], p[1]),
+                                           bcast16_quad(half, v));
+            __asm__("" : "+x"(isum));
+        }
+#else
         _Pragma("GCC unroll 4")
         for (int v = 0; v < 4; v++) {
             __m256i qx = _mm256_loadu_si256((const __m256i *)(a->qs + 128 * h + 32 * v));
@@ -817,6 +863,7 @@ static AI __m256i q6_k_isum(const struct quant_block_q6_k *b, const struct quant
                                  bcast16_pair(half, 2 * v, 2 * v + 1));
             __asm__("" : "+x"(isum)); /* in order, as in tile_q45_k_r2 */
         }
+#endif
     }
     return isum;
 }
