@@ -68,6 +68,8 @@
 #define COLS_PFK 4
 #define COLS_OUT (COLS_R1 > COLS_R2 ? (COLS_R1 > COLS_RK ? COLS_R1 : COLS_RK) \
                                     : (COLS_R2 > COLS_RK ? COLS_R2 : COLS_RK))
+_Static_assert(COLS_OUT >= 8 && 8 % COLS_R1 == 0 && 8 % COLS_R2 == 0 && 8 % COLS_RK == 0,
+               "COLS_FN runs eight rows at a time into out[] as whole row groups");
 
 struct cols_panel {
     __m256i x[COLS_MAXK / 4][2];        /* [t][v], lane l: dword t of sequence 8v + l */
@@ -283,6 +285,7 @@ static AI void cols_rows(const enum ggml_type t, const int R, const int V, const
 #endif
 #define Q8X_R (Q8X_R1 > Q8X_R2 ? Q8X_R1 : Q8X_R2)
 _Static_assert(Q8X_R <= COLS_OUT, "the caller's out[] holds COLS_OUT rows of 16 sequences");
+_Static_assert(8 % Q8X_R1 == 0 && 8 % Q8X_R2 == 0, "the caller runs eight rows as whole groups");
 static AI void q8x_rows(const int R, const int V, const char *w0, size_t rb, int ng,
                         const struct cols_panel *P, float *out)
 {
@@ -721,6 +724,24 @@ int COLS_FN(const struct kern_mat *W, const struct kern_act *X, int n_seq, float
                  : V == 1 ? COLS_R1 : COLS_R2;
 #endif
     for (int r = row_begin; r < row_end;) {
+        if (row_end - r >= 8) {
+            /* eight rows, then per vector of sequences one 8x8 transpose, so each sequence
+             * takes its eight results in one store (not 8 * n_seq scalar ones) */
+            for (int i = 0; i < 8; i += RV)
+                cols_any(t, V, RV, (const char *)W->data + (size_t)(r + i) * rb, rb, ng, &P,
+                         out + 16 * i);
+            for (int v = 0; v < V; v++) {
+                __m256i o[8], y[8];
+                for (int i = 0; i < 8; i++)
+                    o[i] = _mm256_castps_si256(_mm256_load_ps(out + 16 * i + 8 * v));
+                transpose8x8_epi32(o, y);
+                for (int j = 0; j < 8 && 8 * v + j < n_seq; j++)
+                    _mm256_storeu_ps(Y + (size_t)(8 * v + j) * y_stride + r,
+                                     _mm256_castsi256_ps(y[j]));
+            }
+            r += 8;
+            continue;
+        }
         int R = row_end - r >= RV ? RV : 1;
         cols_any(t, V, R, (const char *)W->data + (size_t)r * rb, rb, ng, &P, out);
         for (int i = 0; i < R; i++)
