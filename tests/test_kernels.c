@@ -492,6 +492,50 @@ static void test_kernels_avxvnni_decode_of_8_to_16_sequences_matches_one_at_a_ti
     check_decode_counts(KERN_SET_AVXVNNI);
 }
 
+/* One-sequence Q4_0/Q5_0/Q8_0 rows (eight rows a call, Q5_0 two blocks a step with an odd
+ * last block alone) give each sequence the bits of a 4-sequence tile: for 1 to 4 blocks, 17
+ * and 18, and past one 512-block pass (the second pass starting at block 512 with a pair
+ * and an odd block), over 17 rows (two groups of 8 and one row) and from row 3 on. */
+static void check_one_seq_b32_rows(enum kern_set set)
+{
+    static const enum ggml_type ts[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0};
+    static const int nbs[] = {1, 2, 3, 4, 17, 18, 515};
+    const struct kern_ops *k = kern_ops_get(set);
+    const int rows = 17;
+    if (!k)
+        skip();
+    for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++)
+        for (size_t bi = 0; bi < sizeof nbs / sizeof nbs[0]; bi++) {
+            struct problem p;
+            problem_init(&p, ts[ti], rows, 32 * nbs[bi], 4, 61u + (unsigned)(ti * 7 + bi));
+            float *y4 = run(k, &p, 4, 0, 0, rows);
+            for (int s = 0; s < 4; s++)
+                for (int r0 = 0; r0 <= 3; r0 += 3) {
+                    float *y1 = run(k, &p, 1, s, r0, rows);
+                    for (int r = r0; r < rows; r++)
+                        if (memcmp(&y1[r], &y4[s * rows + r], sizeof(float)) != 0)
+                            fail_msg("%s %s blocks %d s %d r %d (from row %d): %a vs %a",
+                                     k->name, quant_type_name(p.t), nbs[bi], s, r, r0,
+                                     (double)y1[r], (double)y4[s * rows + r]);
+                    free(y1);
+                }
+            free(y4);
+            problem_free(&p);
+        }
+}
+
+static void test_kernels_avx2_one_sequence_b32_rows_give_the_tile_bits(void **state)
+{
+    (void)state;
+    check_one_seq_b32_rows(KERN_SET_AVX2);
+}
+
+static void test_kernels_avxvnni_one_sequence_b32_rows_give_the_tile_bits(void **state)
+{
+    (void)state;
+    check_one_seq_b32_rows(KERN_SET_AVXVNNI);
+}
+
 /* Q8_0 weights whose codes are random bytes (-128 included, which quantizing never gives): 8
  * to 16 decode sequences still give each sequence the bits it gets alone (the lane kernels'
  * int16 partial sums stay exact over every code). */
@@ -1279,6 +1323,8 @@ int main(void)
         cmocka_unit_test(test_kernels_avx512_vbmi_rows_give_the_bits_of_the_base_rows),
         cmocka_unit_test(test_kernels_avx2_decode_of_8_to_16_sequences_matches_one_at_a_time),
         cmocka_unit_test(test_kernels_avxvnni_decode_of_8_to_16_sequences_matches_one_at_a_time),
+        cmocka_unit_test(test_kernels_avx2_one_sequence_b32_rows_give_the_tile_bits),
+        cmocka_unit_test(test_kernels_avxvnni_one_sequence_b32_rows_give_the_tile_bits),
         cmocka_unit_test(test_kernels_avx2_decode_of_q8_0_takes_every_code),
         cmocka_unit_test(test_kernels_avxvnni_decode_of_q8_0_takes_every_code),
         cmocka_unit_test(test_kernels_scalar_gemm_rows_equal_matmul_rows),

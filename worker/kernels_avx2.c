@@ -7,7 +7,8 @@
  * become vpdpbusd and vpdpwssd with the same sums, so the two sets give the same bits. Every
  * (row, sequence) dot forms the same exact integer sums and runs the same float steps whether
  * it is computed alone, in a tile of 4 sequences or beside other rows (the one-sequence
- * Q4_K/Q5_K/Q6_K rows go four, then two at a time), so batching never changes a result bit. */
+ * Q4_K/Q5_K/Q6_K rows go four, then two at a time; Q5_0 rows eight at a time, two blocks a
+ * step), so batching never changes a result bit. */
 #include "kernels.h"
 
 #include <immintrin.h>
@@ -220,10 +221,92 @@ static AI __m256i b32_quad(const char *w, size_t rb, const enum b32_kind kind, i
     return _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
 }
 
+/* Blocks i and i + 1 of one Q5_0 row (b at block i) against the activation blocks' elements
+ * 0..15 (x1) and 16..31 (x2), block i in the low 128-bit half, i + 1 in the high: int32 lanes
+ * 0..3 hold parts of block i's sum of code * x, lanes 4..7 of block i + 1's, each part a sum
+ * of eight products (at most 31 * 128 * 8 = 31744 in size). Each block's low nibbles (elements
+ * 0..15) fill one vector's half and its high nibbles (16..31) the other vector's, so the two
+ * vectors' products add without mixing the blocks, and one 32-byte load (bytes 0..31 of the
+ * two 22-byte blocks) holds both blocks' scales and fifth bits: in *hd, block i's f16 scale
+ * is int16 lane 0, block i + 1's int16 lane 11. */
+static AI __m256i b32_q5_0_two(const char *b, __m256i x1, __m256i x2, __m256i *hd)
+{
+    const __m256i m4 = _mm256_set1_epi8(15);
+    const size_t bb = sizeof(struct quant_block_q5_0), qo = offsetof(struct quant_block_q5_0, qs);
+    __m256i raw = _mm256_loadu2_m128i((const __m128i *)(b + bb + qo), (const __m128i *)(b + qo));
+    __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+    __m256i h = _mm256_loadu_si256((const __m256i *)b);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i f = _mm256_set1_epi8(0x10);
+    /* byte l of the low half: block i's qh byte l / 8 (block bytes 2, 3), of the high half:
+     * block i + 1's (bytes 24, 25 of the load, 8 and 9 of the half); then bytes 4, 5 and
+     * 10, 11 for elements 16..31 */
+    __m256i t0 = _mm256_shuffle_epi8(h, _mm256_set_epi64x(0x0909090909090909LL,
+                                                          0x0808080808080808LL,
+                                                          0x0303030303030303LL,
+                                                          0x0202020202020202LL));
+    __m256i t1 = _mm256_shuffle_epi8(h, _mm256_set_epi64x(0x0b0b0b0b0b0b0b0bLL,
+                                                          0x0a0a0a0a0a0a0a0aLL,
+                                                          0x0505050505050505LL,
+                                                          0x0404040404040404LL));
+    lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(t0, bit), bit), f));
+    hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(t1, bit), bit), f));
+    *hd = h;
+#ifdef __AVXVNNI__
+    return _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), lo, x1), hi,
+                                   x2);
+#else
+    /* each int16 of maddubs is at most 2 * 31 * 128 = 7936 in size: the two add exactly */
+    return _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, x1),
+                                              _mm256_maddubs_epi16(hi, x2)),
+                             _mm256_set1_epi16(1));
+#endif
+}
+
+/* Eight Q5_0 rows (rb bytes apart from w), blocks i and i + 1 against one activation x:
+ * lane r of *s0 is row r's exact integer sum of block i, of *s1 of block i + 1 (the zero
+ * point not yet taken off), *d0 and *d1 the rows' f16 scales as floats. b32_q5_0_two per row,
+ * then packed to int16 (exact: each part <= 31744 in size), summed in pairs by vpmaddwd and
+ * across rows by shuffles: no vphaddw/vphaddd, which cost four times a vpmaddubsw here. */
+static AI void b32_q5_0_oct2(const char *w, size_t rb, int i, const char *x, __m256i *s0,
+                             __m256i *s1, __m256 *d0, __m256 *d1)
+{
+    const struct quant_block_q8_0 *a = (const struct quant_block_q8_0 *)x + i;
+    __m256i x1 = _mm256_loadu2_m128i((const __m128i *)a[1].qs, (const __m128i *)a[0].qs);
+    __m256i x2 =
+        _mm256_loadu2_m128i((const __m128i *)(a[1].qs + 16), (const __m128i *)(a[0].qs + 16));
+    const char *b = w + (size_t)i * sizeof(struct quant_block_q5_0);
+    const __m256i one = _mm256_set1_epi16(1);
+    __m256i p[8], hd[8];
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < 8; r++)
+        p[r] = b32_q5_0_two(b + r * rb, x1, x2, &hd[r]);
+    /* [r0 r0 r1 r1 | r0' r0' r1' r1'] (' = block i + 1), then [r0 r1 r2 r3 | r0' r1' r2' r3'] */
+    __m256 m01 = _mm256_castsi256_ps(_mm256_madd_epi16(_mm256_packs_epi32(p[0], p[1]), one));
+    __m256 m23 = _mm256_castsi256_ps(_mm256_madd_epi16(_mm256_packs_epi32(p[2], p[3]), one));
+    __m256 m45 = _mm256_castsi256_ps(_mm256_madd_epi16(_mm256_packs_epi32(p[4], p[5]), one));
+    __m256 m67 = _mm256_castsi256_ps(_mm256_madd_epi16(_mm256_packs_epi32(p[6], p[7]), one));
+    __m256i lo = _mm256_add_epi32(_mm256_castps_si256(_mm256_shuffle_ps(m01, m23, 0x88)),
+                                  _mm256_castps_si256(_mm256_shuffle_ps(m01, m23, 0xdd)));
+    __m256i hi = _mm256_add_epi32(_mm256_castps_si256(_mm256_shuffle_ps(m45, m67, 0x88)),
+                                  _mm256_castps_si256(_mm256_shuffle_ps(m45, m67, 0xdd)));
+    *s0 = _mm256_permute2x128_si256(lo, hi, 0x20);
+    *s1 = _mm256_permute2x128_si256(lo, hi, 0x31);
+    /* scales: int16 lane 0 (block i) and 11 (block i + 1) of each hd[r] */
+    __m256i a01 = _mm256_unpacklo_epi16(hd[0], hd[1]), a23 = _mm256_unpacklo_epi16(hd[2], hd[3]);
+    __m256i a45 = _mm256_unpacklo_epi16(hd[4], hd[5]), a67 = _mm256_unpacklo_epi16(hd[6], hd[7]);
+    __m256i c0 = _mm256_unpacklo_epi32(a01, a23), c1 = _mm256_unpacklo_epi32(a45, a67);
+    __m256i e0 = _mm256_unpackhi_epi32(a01, a23), e1 = _mm256_unpackhi_epi32(a45, a67);
+    __m256i dv = _mm256_blend_epi32(_mm256_unpacklo_epi64(c0, c1), _mm256_unpackhi_epi64(e0, e1),
+                                    0xf0);
+    *d0 = _mm256_cvtph_ps(_mm256_castsi256_si128(dv));
+    *d1 = _mm256_cvtph_ps(_mm256_extracti128_si256(dv, 1));
+}
+
 /* Eight rows (rb bytes apart) against one activation, lane r for row r, results in
  * y[0..7]: tile_b32_r4's integers and float steps (each lane's chain is the one tile_b32
  * runs), eight rows a float step. zs[i - i0] is z * (sum of x over block i) for Q4_0 and
- * Q5_0. */
+ * Q5_0. Q5_0 takes two blocks a step (b32_q5_0_oct2), the same sums and float steps. */
 static AI void tile_b32_r8(const char *w, size_t rb, const enum b32_kind kind, const char *x,
                            const float *dx, const int32_t *zs, int i0, int i1, int first,
                            float *y)
@@ -235,7 +318,24 @@ static AI void tile_b32_r8(const char *w, size_t rb, const enum b32_kind kind, c
     /* the rows 32 ahead, a block's share per step, as tile_b32_r4 (32: bench_kernels at
      * 50257x576 from memory, Q5_0 2.418 CPU ms per call vs 2.760 at 16) */
     const char *pf = w + 32 * rb + (size_t)i0 * 8 * bb;
-    for (int i = i0; i < i1; i++) {
+    int i = i0;
+    /* Q5_0: two blocks a step, the float steps in block order; an odd last block as below */
+    if (kind == B32_Q5_0)
+        for (; i + 2 <= i1; i += 2) {
+            for (size_t l = 0; l < 16 * bb; l += 64)
+                _mm_prefetch(pf + l, _MM_HINT_T0);
+            pf += 16 * bb;
+            __m256i s0, s1;
+            __m256 d0, d1;
+            b32_q5_0_oct2(w, rb, i, x, &s0, &s1, &d0, &d1);
+            s0 = _mm256_sub_epi32(s0, _mm256_set1_epi32(zs[i - i0]));
+            s1 = _mm256_sub_epi32(s1, _mm256_set1_epi32(zs[i + 1 - i0]));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0),
+                                  _mm256_mul_ps(d0, _mm256_set1_ps(dx[4 * (i - i0)])), acc);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1),
+                                  _mm256_mul_ps(d1, _mm256_set1_ps(dx[4 * (i + 1 - i0)])), acc);
+        }
+    for (; i < i1; i++) {
         for (size_t l = 0; l < 8 * bb; l += 64)
             _mm_prefetch(pf + l, _MM_HINT_T0);
         pf += 8 * bb;
