@@ -147,11 +147,20 @@ static AI void tile_b32_r4(const char *w, size_t rb, const enum b32_kind kind, c
     _mm_storeu_ps(y, acc);
 }
 
+/* A Q5_0 fifth bit as its code's 16, from the block's qh byte masked to the bit tested
+ * (byte l tests bit l % 8): vpsignb of this vector by the masked byte keeps 16 where a bit
+ * 0..6 is set, negates -16 to 16 where bit 7 is (the masked byte is then -128) and gives 0
+ * where the bit is clear. One op where and + cmpeq + and took three. */
+static AI __m256i b32_bit5(void)
+{
+    return _mm256_set1_epi64x((long long)0xf010101010101010ULL);
+}
+
 /* Q4_0's and Q5_0's 32 codes of block i as tile_b32_r8 takes them: the 16 packed bytes
  * broadcast to both halves by the load, the high half shifted by 4 per 32-bit lane (no
  * cross-lane shuffle). The same codes as b32_codes. Q4_0 gives its f16 scale in *h; Q5_0
  * loads its first 8 bytes (scale, then the fifth bits) broadcast to every 64-bit lane, in
- * *dq: the fifth bits as gemm_bits5 from there, the scale (int16 lane 0) for b32_scales8. */
+ * *dq: the fifth bits (b32_bit5) from there, the scale (int16 lane 0) for b32_scales8. */
 static AI __m256i b32_codes8(const char *w, const enum b32_kind kind, int i, uint16_t *h,
                              __m256i *dq)
 {
@@ -170,9 +179,7 @@ static AI __m256i b32_codes8(const char *w, const enum b32_kind kind, int i, uin
                                                       0x0303030303030303LL,
                                                       0x0202020202020202LL));
         __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-        return _mm256_or_si256(q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit),
-                                                                     bit),
-                                                   _mm256_set1_epi8(0x10)));
+        return _mm256_or_si256(q, _mm256_sign_epi8(b32_bit5(), _mm256_and_si256(v, bit)));
     }
     *h = ((const struct quant_block_q4_0 *)w)[i].d;
     return q;
@@ -237,7 +244,7 @@ static AI __m256i b32_q5_0_two(const char *b, __m256i x1, __m256i x2, __m256i *h
     __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
     __m256i h = _mm256_loadu_si256((const __m256i *)b);
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    const __m256i f = _mm256_set1_epi8(0x10);
+    const __m256i f = b32_bit5();
     /* byte l of the low half: block i's qh byte l / 8 (block bytes 2, 3), of the high half:
      * block i + 1's (bytes 24, 25 of the load, 8 and 9 of the half); then bytes 4, 5 and
      * 10, 11 for elements 16..31 */
@@ -249,8 +256,8 @@ static AI __m256i b32_q5_0_two(const char *b, __m256i x1, __m256i x2, __m256i *h
                                                           0x0a0a0a0a0a0a0a0aLL,
                                                           0x0505050505050505LL,
                                                           0x0404040404040404LL));
-    lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(t0, bit), bit), f));
-    hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(t1, bit), bit), f));
+    lo = _mm256_or_si256(lo, _mm256_sign_epi8(f, _mm256_and_si256(t0, bit)));
+    hi = _mm256_or_si256(hi, _mm256_sign_epi8(f, _mm256_and_si256(t1, bit)));
     *hd = h;
 #ifdef __AVXVNNI__
     return _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), lo, x1), hi,
