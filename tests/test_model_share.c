@@ -1,8 +1,9 @@
 /* Integration test: N kiln workers serving one GGUF share one copy of its weights. Each
  * worker maps the file read-only, so the pages they have both touched are counted once in the
  * page cache and split between them in Pss. kiln starts with 2 workers on a generated ~30 MB
- * Q8_0 model, both serve a request at once (so both have read every matrix), and then each
- * worker's Rss and Pss of the file mapping come from /proc/PID/smaps. */
+ * Q8_0 model, both serve a request at once (so both have read every matrix; again, a few
+ * times at most, until both have), and then each worker's Rss and Pss of the file mapping
+ * come from /proc/PID/smaps. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -109,18 +110,16 @@ static int file_rss_pss(pid_t pid, const char *path, long *rss, long *pss)
     return 0;
 }
 
-static void test_model_share_two_workers_share_one_copy_of_the_weights(void **state)
+/* Two streams at once: with one slot per worker each lands on its own worker while the
+ * other runs, so both read every matrix. If the first ends before the second is dispatched,
+ * both land on one worker; the caller then tries again. */
+static void serve_two_at_once(int port)
 {
-    struct fixture *f = *state;
-    int port = kiln_port(f->kiln);
-    const char *body = "{\"prompt\":[300,301,302,303],\"max_tokens\":8,\"temperature\":0,"
+    const char *body = "{\"prompt\":[300,301,302,303],\"max_tokens\":64,\"temperature\":0,"
                        "\"ignore_eos\":true,\"stream\":true}";
     struct http_stream *s[2] = {NULL, NULL};
     struct sse_event ev;
-    pid_t kids[4];
-    char real[4096];
 
-    /* two streams at once: one per worker (each has one slot), so both read every matrix */
     for (int i = 0; i < 2; i++)
         assert_int_equal(http_stream_open(port, "POST", "/v1/completions", NULL, body,
                                           TIMEOUT_MS, &s[i]),
@@ -133,25 +132,43 @@ static void test_model_share_two_workers_share_one_copy_of_the_weights(void **st
         assert_true(events > 0);
         http_stream_close(s[i]);
     }
+}
+
+#define ROUNDS 5
+
+static void test_model_share_two_workers_share_one_copy_of_the_weights(void **state)
+{
+    struct fixture *f = *state;
+    int port = kiln_port(f->kiln);
+    pid_t kids[4];
+    char real[4096];
+    long file_kb = (long)(f->file_bytes / 1024), rss[2], pss[2];
+
     assert_non_null(realpath(f->path, real));
     int n = proc_children(kiln_pid(f->kiln), kids, 4);
     assert_int_equal(n, 2);
-
-    long file_kb = (long)(f->file_bytes / 1024), sum_pss = 0;
-    for (int i = 0; i < n; i++) {
-        long rss = 0, pss = 0;
-        assert_int_equal(file_rss_pss(kids[i], real, &rss, &pss), 0);
-        fprintf(stderr, "worker pid %d: model file %ld KiB, mapped Rss %ld KiB, Pss %ld KiB\n",
-                (int)kids[i], file_kb, rss, pss);
-        /* each worker has most of the file resident: every matrix was read */
-        assert_true(rss > file_kb * 8 / 10);
-        /* and pays about half of it: the pages are shared with the other worker */
-        assert_true(pss < rss * 6 / 10);
-        sum_pss += pss;
+    /* until both workers have most of the file resident (every matrix was read by each):
+     * the two requests may meet one worker, and the kernel may reclaim idle page-cache
+     * pages between a request and the reading of smaps */
+    int both = 0;
+    for (int round = 0; round < ROUNDS && !both; round++) {
+        serve_two_at_once(port);
+        both = 1;
+        for (int i = 0; i < n; i++) {
+            assert_int_equal(file_rss_pss(kids[i], real, &rss[i], &pss[i]), 0);
+            fprintf(stderr, "round %d, worker pid %d: model file %ld KiB, mapped Rss %ld KiB, "
+                            "Pss %ld KiB\n",
+                    round, (int)kids[i], file_kb, rss[i], pss[i]);
+            both &= rss[i] > file_kb * 8 / 10;
+        }
     }
+    assert_true(both);
+    for (int i = 0; i < n; i++)
+        /* each pays about half of what it maps: the pages are shared with the other worker */
+        assert_true(pss[i] < rss[i] * 6 / 10);
     /* one copy in all (the front maps the file too, for the tokenizer, and takes a share of
      * the pages it touched) */
-    assert_true(sum_pss < file_kb * 11 / 10);
+    assert_true(pss[0] + pss[1] < file_kb * 11 / 10);
 }
 
 int main(void)
