@@ -662,46 +662,6 @@ static AI void tile_q45_k_r2(const char *w, size_t rb, const int five, const cha
     _mm_storel_pi((__m64 *)y, acc);
 }
 
-/* Steps (a superblock of each of the four rows) ahead tile_q45_k_r4 and tile_q6_k_r4
- * prefetch. Four rows read at once are four streams: each row's own stream ahead (as
- * ROW2_PFK) skips rows of the next group, so the group prefetches where it will read
- * ROW4_PFK steps on, in this group or the next ones (groups of four rows follow each other),
- * the four rows at once, as kernels_avx512.c's pf4. */
-#ifndef ROW4_PFK
-#define ROW4_PFK 32
-#endif
-
-/* The step ROW4_PFK on from the first, in the group starting at w (rows rb bytes apart, nb
- * superblocks of bs bytes): its row 0's superblock; row r's is r * rb on. */
-struct pf4 {
-    const char *p, *group;
-    size_t rb, bs;
-    int j, nb;
-};
-
-static AI struct pf4 pf4_start(const char *w, size_t rb, int nb, size_t bs)
-{
-    struct pf4 pf = {.group = w + (size_t)(ROW4_PFK / nb) * 4 * rb, .rb = rb, .bs = bs,
-                     .j = ROW4_PFK % nb, .nb = nb};
-    pf.p = pf.group + (size_t)pf.j * bs;
-    return pf;
-}
-
-/* Prefetch the step's four superblocks, then move on a step. */
-static AI void pf4_step(struct pf4 *pf)
-{
-    _Pragma("GCC unroll 4")
-    for (int r = 0; r < 4; r++)
-        prefetch_unit(pf->p + r * pf->rb, pf->bs);
-    if (++pf->j == pf->nb) {
-        pf->j = 0;
-        pf->group += 4 * pf->rb;
-        pf->p = pf->group;
-    } else {
-        pf->p += pf->bs;
-    }
-}
-
 /* One Q4_K/Q5_K block's (at b) exact integer sum against activation block a, its sub-block
  * scales folded in, the mins apart: tile_q45_k_r2's sums for one row. sp0, sp1: the row's
  * scales 0..3 and 4..7 as dot_u8s8_pair takes them, in both lanes. */

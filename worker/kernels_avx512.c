@@ -568,42 +568,6 @@ static AI __m256i sum4x2(__m512i a, __m512i b, __m512i c, __m512i d, __m256i e, 
         _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 11, 3, 10, 2, 9, 1, 8, 0), t));
 }
 
-/* Steps (a superblock of each of the four rows) ahead that rows4_q*_k1 prefetch. Four rows
- * read at once are four streams, which the hardware prefetcher follows less well than the
- * one of a lone row: by bench_model's CPU ms per step (TinyLlama Q4_K and Q4_K_M, three
- * alternating rounds) 32 steps beat 16 and 24, and 2 to 8 were slower than single rows. */
-#ifndef ROW4_PFK
-#define ROW4_PFK 32
-#endif
-
-/* Where a group of four rows prefetches at step i: the superblock ROW4_PFK steps on, in the
- * group then being read (groups follow each other in memory), p for row 0 and p + r * rb
- * for row r. */
-struct pf4 {
-    const char *p, *group;
-    size_t rb, bs;
-    int j, nb;
-};
-
-static AI struct pf4 pf4_start(const char *w, size_t rb, int nb, size_t bs)
-{
-    struct pf4 pf = {.group = w + (size_t)(ROW4_PFK / nb) * 4 * rb, .rb = rb, .bs = bs,
-                     .j = ROW4_PFK % nb, .nb = nb};
-    pf.p = pf.group + (size_t)pf.j * bs;
-    return pf;
-}
-
-static AI void pf4_next(struct pf4 *pf)
-{
-    if (++pf->j == pf->nb) {
-        pf->j = 0;
-        pf->group += 4 * pf->rb;
-        pf->p = pf->group;
-    } else {
-        pf->p += pf->bs;
-    }
-}
-
 /* Rows w, w + rb, w + 2 rb, w + 3 rb (nb superblocks each) against one Q8_K activation x:
  * y[r] for row r, the bits of tile_q4_k at S = 1. */
 static AI void rows4_q4_k1(const char *w, size_t rb, const char *x, int nb, float *y)
