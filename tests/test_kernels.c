@@ -748,6 +748,25 @@ static void check_gemm_tiles(enum kern_set set)
         free(y);
         problem_free(&p);
     }
+    /* Q8_0 wider than the decode kernel takes (gemm_avx2_cols.c, at most 16384 columns; a
+     * Qwen2.5-7B ffn_down has 18944): still tiled, and the bits of matmul */
+    const struct kern_ops *k = kern_ops_get(set);
+    struct problem p;
+    problem_init(&p, GGML_TYPE_Q8_0, 3, 16384 + 32, 32, 11u);
+    float *y = calloc(32 * 3, sizeof(float));
+    assert_non_null(y);
+    int rc = set == KERN_SET_AVX2 ? kern_gemm_avx2(&p.W, &p.X, 32, y, 3, 0, 3)
+                                  : kern_gemm_avxvnni(&p.W, &p.X, 32, y, 3, 0, 3);
+    if (rc != 0)
+        fail_msg("%s gemm does not tile Q8_0 of %d columns", k->name, p.cols);
+    float *ym = run(k, &p, 32, 0, 0, 3);
+    for (int i = 0; i < 32 * 3; i++)
+        if (memcmp(&y[i], &ym[i], sizeof(float)))
+            fail_msg("%s Q8_0 cols %d r %d s %d: gemm %a matmul %a", k->name, p.cols, i % 3,
+                     i / 3, y[i], ym[i]);
+    free(ym);
+    free(y);
+    problem_free(&p);
 }
 
 static void test_kernels_avx2_gemm_tiles_every_listed_type(void **state)

@@ -3,9 +3,9 @@
  * maddubs (unsigned x signed bytes) + madd: unsigned codes (at most 63, so a pair of maddubs
  * results fits in int16 and is added before the madd) multiply the activations directly,
  * their zero point taken off in integers as in the VNNI kernel (Q3_K and Q2_K too, which only
- * this GEMM tiles: gemm_type_of_avx2); signed codes (IQ4_*) give maddubs their absolute
+ * this GEMM tiles: gemm_type_of_avx2); signed codes (IQ4_*, Q8_0) give maddubs their absolute
  * value and move their sign onto the activations. Q8_0 runs gemm_avx2_cols.c's decode kernel
- * 16 sequences at a time instead (see GEMM_FN). Exact
+ * 16 sequences at a time instead, where that kernel takes the matrix (see GEMM_FN). Exact
  * integers, then per sub-block the same float steps whatever the tile, so a (row,
  * sequence) result does not depend on n_seq, the row range, or the other sequences. */
 #include <immintrin.h>
@@ -384,14 +384,20 @@ int GEMM_FN(const struct kern_mat *W, const struct kern_act *X, int n_seq, float
          * (or vpdpbusd) costs less per product than these tiles' sign path, and it gives the
          * same bits (rows_agree). Scratch harness, 2048x2048 in cache, 512 sequences, min CPU
          * ms per call: avx2 33.0-33.5 -> 28.1-28.7, avxvnni 21.6-21.8 -> 16.4-16.8 */
-        for (int s = 0; s < n_seq; s += 16) {
+        int s = 0;
+        for (; s < n_seq; s += 16) {
             struct kern_act c = *X;
             c.data = (const char *)X->data + (size_t)s * X->stride;
             if (COLS_FN(W, &c, n_seq - s < 16 ? n_seq - s : 16, Y + (size_t)s * y_stride,
                         y_stride, row_begin, row_end) < 0)
-                return -1;
+                break;
         }
-        return 0;
+        /* it refuses a matrix wider than it takes (first chunk, nothing written): the tiles
+         * below then take it, the same bits */
+        if (s >= n_seq)
+            return 0;
+        if (s > 0)
+            return -1;
     }
     const int G = ty.g, zero = ty.sgn ? 0 : ty.off, gk = GEMM_KC / G;
     const int ngt = W->cols / G;
