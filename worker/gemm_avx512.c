@@ -469,13 +469,14 @@ static AI void tile_rows32(const enum ggml_type t, const struct kern_mat *W, int
         _mm512_storeu_ps(y + (size_t)k * ys, acc[k]);
 }
 
-#define ROWS32_S(T)                                                                            \
+/* TILE (tile_rows32 or tile_rows32v) for type T with the call's S as a constant. */
+#define ROWS32_S(TILE, T)                                                                      \
     do {                                                                                       \
         switch (S) {                                                                           \
-        case 4: tile_rows32(T, W, r, g0, xs, 4, off, ng, dx, ic, xst, y, ys, first); break; \
-        case 3: tile_rows32(T, W, r, g0, xs, 3, off, ng, dx, ic, xst, y, ys, first); break; \
-        case 2: tile_rows32(T, W, r, g0, xs, 2, off, ng, dx, ic, xst, y, ys, first); break; \
-        default: tile_rows32(T, W, r, g0, xs, 1, off, ng, dx, ic, xst, y, ys, first); break; \
+        case 4: TILE(T, W, r, g0, xs, 4, off, ng, dx, ic, xst, y, ys, first); break;          \
+        case 3: TILE(T, W, r, g0, xs, 3, off, ng, dx, ic, xst, y, ys, first); break;          \
+        case 2: TILE(T, W, r, g0, xs, 2, off, ng, dx, ic, xst, y, ys, first); break;          \
+        default: TILE(T, W, r, g0, xs, 1, off, ng, dx, ic, xst, y, ys, first); break;         \
         }                                                                                      \
     } while (0)
 
@@ -484,10 +485,10 @@ static void rows32_any(const struct kern_mat *W, int r, int g0, const char *cons
                        float *y, size_t ys, int first)
 {
     switch (W->type) {
-    case GGML_TYPE_Q8_0: ROWS32_S(GGML_TYPE_Q8_0); break;
-    case GGML_TYPE_Q4_0: ROWS32_S(GGML_TYPE_Q4_0); break;
-    case GGML_TYPE_Q5_0: ROWS32_S(GGML_TYPE_Q5_0); break;
-    default: ROWS32_S(GGML_TYPE_IQ4_NL); break;
+    case GGML_TYPE_Q8_0: ROWS32_S(tile_rows32, GGML_TYPE_Q8_0); break;
+    case GGML_TYPE_Q4_0: ROWS32_S(tile_rows32, GGML_TYPE_Q4_0); break;
+    case GGML_TYPE_Q5_0: ROWS32_S(tile_rows32, GGML_TYPE_Q5_0); break;
+    default: ROWS32_S(tile_rows32, GGML_TYPE_IQ4_NL); break;
     }
 }
 
@@ -606,25 +607,15 @@ static AI void tile_rows32v(const enum ggml_type t, const struct kern_mat *W, in
         _mm512_storeu_ps(y + (size_t)k * ys, acc[k]);
 }
 
-#define ROWS32V_S(T)                                                                           \
-    do {                                                                                       \
-        switch (S) {                                                                           \
-        case 4: tile_rows32v(T, W, r, g0, xs, 4, off, ng, dx, ic, xst, y, ys, first); break; \
-        case 3: tile_rows32v(T, W, r, g0, xs, 3, off, ng, dx, ic, xst, y, ys, first); break; \
-        case 2: tile_rows32v(T, W, r, g0, xs, 2, off, ng, dx, ic, xst, y, ys, first); break; \
-        default: tile_rows32v(T, W, r, g0, xs, 1, off, ng, dx, ic, xst, y, ys, first); break; \
-        }                                                                                      \
-    } while (0)
-
 /* rows32_any for Q4_0, Q5_0 and IQ4_NL on a CPU with VBMI and BITALG. */
 static void rows32v_any(const struct kern_mat *W, int r, int g0, const char *const *xs, int S,
                         const size_t *off, int ng, const float *dx, const int32_t *ic, int xst,
                         float *y, size_t ys, int first)
 {
     switch (W->type) {
-    case GGML_TYPE_Q4_0: ROWS32V_S(GGML_TYPE_Q4_0); break;
-    case GGML_TYPE_Q5_0: ROWS32V_S(GGML_TYPE_Q5_0); break;
-    default: ROWS32V_S(GGML_TYPE_IQ4_NL); break;
+    case GGML_TYPE_Q4_0: ROWS32_S(tile_rows32v, GGML_TYPE_Q4_0); break;
+    case GGML_TYPE_Q5_0: ROWS32_S(tile_rows32v, GGML_TYPE_Q5_0); break;
+    default: ROWS32_S(tile_rows32v, GGML_TYPE_IQ4_NL); break;
     }
 }
 
