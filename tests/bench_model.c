@@ -12,7 +12,9 @@
  * KILN_BENCH_MODELS=smollm-q8_0,... picks a subset; KILN_THREADS sets the threads;
  * KILN_BENCH_PROMPTS=128,512 and KILN_BENCH_BATCHES=1,4,8,16 pick the runs (empty: none),
  * KILN_BENCH_STEPS the decode steps timed per batch size (default 8 at batch 1, else 4), best
- * of three passes.
+ * of three passes; KILN_BENCH_CTX the tokens each decoding sequence holds before its timed
+ * steps (default 16, at most 4096; llama.cpp's decode then starts from the same context), to
+ * time decode at long contexts, where attention over the cache costs more.
  * Beside wall-clock tok/s each line shows the process CPU ms per step: on a machine shared
  * with other work, CPU time (with KILN_THREADS=1) measures the kernels' cost more steadily.
  * Where the pinned node-llama-cpp is installed (tests/reference/node_modules, or the
@@ -114,7 +116,7 @@ static void figs_best(struct figs *best, const struct figs *f)
  * fills *f and cpu (cap bytes: the ggml CPU backend it ran, e.g. libggml-cpu-haswell.so when
  * KILN_KERNELS=avx2). 0, or -1 when the reference cannot run (said once). */
 static int bench_llama(const char *path, int plen, int steps, int threads, const char *bl,
-                       struct figs *f, char *cpu, size_t cap)
+                       int dctx, struct figs *f, char *cpu, size_t cap)
 {
     const char *mods = getenv("KILN_LLAMA_MODULES");
     char probe[600], cmd[1400], line[256];
@@ -134,8 +136,9 @@ static int bench_llama(const char *path, int plen, int steps, int threads, const
                "or KILN_LLAMA_MODULES=DIR/node_modules)\n");
         return -1;
     }
-    snprintf(cmd, sizeof(cmd), "node tests/reference/bench_llama.mjs '%s' %d %d %d '%s' 4 2>&1",
-             path, plen, steps, threads, bl);
+    snprintf(cmd, sizeof(cmd),
+             "node tests/reference/bench_llama.mjs '%s' %d %d %d '%s' 4 %d 2>&1", path, plen,
+             steps, threads, bl, dctx);
     FILE *fp = popen(cmd, "r");
     if (!fp) {
         printf("  llama.cpp: cannot run node\n");
@@ -177,14 +180,32 @@ static int bench_llama(const char *path, int plen, int steps, int threads, const
     return 0;
 }
 
+/* KILN_BENCH_STEPS, or def when unset. */
+static int bench_steps(int def)
+{
+    const char *s = getenv("KILN_BENCH_STEPS");
+    return !s ? def : atoi(s) > 0 ? atoi(s) : 1;
+}
+
+/* KILN_BENCH_CTX: the tokens a decoding sequence holds before its timed steps, 16 to 4096. */
+static int bench_ctx(void)
+{
+    const char *s = getenv("KILN_BENCH_CTX");
+    int n = s ? atoi(s) : 16;
+    return n < 16 ? 16 : n > 4096 ? 4096 : n;
+}
+
 /* kiln on the model; prints its lines and fills *f (and *plen_out, *steps_out: the last
  * prompt length and the batch-1 steps, for llama.cpp to run the same). */
 static void bench_one(const char *path, int threads, double bw, double bwc,
                       const double *peak, double macs, struct figs *f, int *plen_out,
                       int *steps_out)
 {
+    int dctx = bench_ctx(), most = getenv("KILN_BENCH_STEPS") ? bench_steps(8) : 8;
     struct model_llama_opts o = {.max_sequences = 16, .ctx = 1024, .threads = threads,
                                  .quiet = 1};
+    if (dctx + 2 + 3 * most > 1024)
+        o.ctx = (uint32_t)(dctx + 2 + 3 * most);
     char err[256];
     memset(f, 0, sizeof(*f));
     struct model *m = model_llama_create(path, &o, err, sizeof(err));
@@ -192,7 +213,8 @@ static void bench_one(const char *path, int threads, double bw, double bwc,
         printf("  %s: %s\n", path, err);
         return;
     }
-    uint32_t nv = m->n_vocab, prompt[512], toks[16];
+    static uint32_t prompt[4096];
+    uint32_t nv = m->n_vocab, toks[16];
     float *lg = malloc((size_t)16 * nv * sizeof(float));
     struct model_result res[16];
     int slots[16];
@@ -230,14 +252,12 @@ static void bench_one(const char *path, int threads, double bw, double bwc,
         model_seq_free(m, 0);
     }
     for (int bi = 0; bi < n_batches; bi++) {
-        int b = batches[bi] > 16 ? 16 : batches[bi], steps = b == 1 ? 8 : 4;
-        if (getenv("KILN_BENCH_STEPS"))
-            steps = atoi(getenv("KILN_BENCH_STEPS")) > 0 ? atoi(getenv("KILN_BENCH_STEPS")) : 1;
+        int b = batches[bi] > 16 ? 16 : batches[bi], steps = bench_steps(b == 1 ? 8 : 4);
         for (int s = 0; s < b; s++) {
             slots[s] = s;
-            fill_prompt(prompt, 16, nv, 10u + (uint32_t)s);
-            (void)model_prefill(m, s, prompt, 16, lg);
-            toks[s] = prompt[15];
+            fill_prompt(prompt, (uint32_t)dctx, nv, 10u + (uint32_t)s);
+            (void)model_prefill(m, s, prompt, (uint32_t)dctx, lg);
+            toks[s] = prompt[dctx - 1];
         }
         (void)model_decode_batch(m, slots, toks, b, lg, res); /* warm */
         double dt = 1e30, dc = 0.0;
@@ -309,7 +329,7 @@ static void bench_pair(const char *path, int threads, double bw, double bwc,
         bench_one(path, threads, bw, bwc, peak, macs, &f, &plen, &steps);
         figs_best(&kb, &f);
         fflush(stdout);
-        if (bench_llama(path, plen, steps, threads, bl, &f, cpu, sizeof(cpu)) < 0)
+        if (bench_llama(path, plen, steps, threads, bl, bench_ctx(), &f, cpu, sizeof(cpu)) < 0)
             break;
         have = 1;
         figs_best(&lb, &f);

@@ -1,6 +1,6 @@
 // llama.cpp's speed on one GGUF file, for tests/bench_model.c to print beside kiln's as a
 // ratio in the same run: the pinned node-llama-cpp (3.21.1, CPU only, prebuilt binaries).
-//   node bench_llama.mjs MODEL.gguf PROMPT_TOKENS DECODE_STEPS THREADS [BATCHES [STEPS_B]]
+//   node bench_llama.mjs MODEL.gguf PROMPT_TOKENS DECODE_STEPS THREADS [BATCHES [STEPS_B [CTX]]]
 // prints "llama.cpp prompt P tok/s decode D tok/s cpu PC ms DC ms/step" (prompt: one batch
 // of PROMPT_TOKENS token ids; decode: batch 1, greedy, one token per evaluation, best of
 // three runs of DECODE_STEPS, as bench_model times kiln; PC and DC the process CPU time of
@@ -10,7 +10,10 @@
 // first given the 16-token prompt bench_model gives kiln's slot, then STEPS_B steps (best of
 // three) in which every sequence evaluates one token at once; node-llama-cpp's batching
 // gathers the B pending evaluations into one llama_decode of B tokens, so this is
-// llama.cpp's own batched decode of B sequences. node-llama-cpp is found in the
+// llama.cpp's own batched decode of B sequences. With CTX above 16 (bench_model's
+// KILN_BENCH_CTX), every decoding sequence, batch 1's too, first holds the CTX tokens
+// bench_model gives kiln's (batch 1's then in a context of its own, not after the prompt).
+// node-llama-cpp is found in the
 // node_modules beside this script, or in the directory env KILN_LLAMA_MODULES names.
 // The package's prebuilt llama.cpp ships one ggml CPU backend per x86 level
 // (libggml-cpu-haswell.so, -alderlake, -skylakex, -icelake, -sapphirerapids, ...), and ggml
@@ -26,10 +29,11 @@ import os from "node:os";
 import path from "node:path";
 import {pathToFileURL} from "node:url";
 
-const [modelPath, plenArg, stepsArg, threadsArg, batchesArg, stepsBArg] = process.argv.slice(2);
+const [modelPath, plenArg, stepsArg, threadsArg, batchesArg, stepsBArg, ctxArg] =
+    process.argv.slice(2);
 if (!modelPath) {
     console.error("usage: node bench_llama.mjs MODEL.gguf PROMPT_TOKENS DECODE_STEPS THREADS " +
-                  "[BATCHES [STEPS_B]]");
+                  "[BATCHES [STEPS_B [CTX]]]");
     process.exit(2);
 }
 const here = path.dirname(new URL(import.meta.url).pathname);
@@ -78,7 +82,7 @@ const {getLlama} = await import(pathToFileURL(req.resolve("node-llama-cpp")).hre
 
 const plen = Number(plenArg ?? 128), steps = Number(stepsArg ?? 8), threads = Number(threadsArg ?? 2);
 const batches = (batchesArg ?? "").split(",").map(Number).filter(b => b > 1);
-const stepsB = Number(stepsBArg ?? 4);
+const stepsB = Number(stepsBArg ?? 4), dctx = Math.max(16, Number(ctxArg ?? 16));
 // ggml says which CPU backend it loaded at "log" level; errors still go to stderr
 let backend = "";
 const logger = (level, msg) => {
@@ -114,14 +118,23 @@ let t0 = performance.now(), c0 = cpuMs();
 let r = await seq.controlledEvaluate(ids.map((t, i) => (i === ids.length - 1 ? [t, next] : t)));
 const promptTps = plen / ((performance.now() - t0) / 1000), promptCpu = cpuMs() - c0;
 let tok = r[ids.length - 1].next.token;
-r = await seq.controlledEvaluate([[tok, next]]); // warm
+let dseq = seq, dctxObj = null;
+if (dctx > 16) { // decode from the CTX tokens bench_model gives kiln's slot 0
+    dctxObj = await model.createContext({contextSize: dctx + 2 + 3 * steps, batchSize: 512,
+                                         sequences: 1, threads, flashAttention: false});
+    dseq = dctxObj.getSequence();
+    const p = fill(dctx, 10);
+    r = await dseq.controlledEvaluate(p.map((t, i) => (i === dctx - 1 ? [t, next] : t)));
+    tok = r[dctx - 1].next.token;
+}
+r = await dseq.controlledEvaluate([[tok, next]]); // warm
 tok = r[0].next.token;
 let best = Infinity, bestCpu = 0;
 for (let rep = 0; rep < 3; rep++) {
     t0 = performance.now();
     c0 = cpuMs();
     for (let s = 0; s < steps; s++) {
-        r = await seq.controlledEvaluate([[tok, next]]);
+        r = await dseq.controlledEvaluate([[tok, next]]);
         tok = r[0].next.token;
     }
     if (performance.now() - t0 < best) {
@@ -132,10 +145,13 @@ for (let rep = 0; rep < 3; rep++) {
 console.log(`llama.cpp prompt ${promptTps.toFixed(1)} tok/s decode ${(steps / (best / 1000)).toFixed(1)} ` +
             `tok/s cpu ${promptCpu.toFixed(1)} ms ${(bestCpu / steps).toFixed(2)} ms/step`);
 await ctx.dispose();
+if (dctxObj)
+    await dctxObj.dispose();
 
 for (const b of batches) {
-    // contextSize is per sequence; 16 prompt tokens, a warm step and 3 * stepsB steps fit
-    const bctx = await model.createContext({contextSize: 256, batchSize: 512, sequences: b,
+    // contextSize is per sequence; the prompt, a warm step and 3 * stepsB steps fit
+    const bctx = await model.createContext({contextSize: Math.max(256, dctx + 2 + 3 * stepsB),
+                                            batchSize: 512, sequences: b,
                                             threads, flashAttention: false});
     const seqs = [];
     for (let s = 0; s < b; s++)
@@ -143,9 +159,9 @@ for (const b of batches) {
     const step = async toks => (await Promise.all(seqs.map((q, s) =>
         q.controlledEvaluate([[toks[s], next]])))).map(x => x[0].next.token);
     let toks = (await Promise.all(seqs.map((q, s) => {
-        const p = fill(16, 10 + s);
-        return q.controlledEvaluate(p.map((t, i) => (i === 15 ? [t, next] : t)));
-    }))).map(x => x[15].next.token);
+        const p = fill(dctx, 10 + s);
+        return q.controlledEvaluate(p.map((t, i) => (i === dctx - 1 ? [t, next] : t)));
+    }))).map(x => x[dctx - 1].next.token);
     toks = await step(toks); // warm
     let bb = Infinity, bc = 0;
     for (let rep = 0; rep < 3; rep++) {
