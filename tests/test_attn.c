@@ -1,7 +1,9 @@
 /* attn_kern.h: the AVX2 and AVX-512 sets give the scalar twin's bits for scores, softmax and
  * value sums (so a kernel set's attention is what the scalar code says, lane by lane); a
  * lane's result does not depend on the other lanes, on masked rows around its range or on
- * how its keys are split into calls; the exp polynomial stays within 2e-7 of expf. */
+ * how its keys are split into calls; the few-query forms that read F16 rows where they lie
+ * (scores_f16, values_f16) give the lane-major forms' bits in every set, for 1 to ATTN_FEW
+ * queries and any part of a block; the exp polynomial stays within 2e-7 of expf. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -173,6 +175,63 @@ static void test_attn_masked_rows_and_other_lanes_change_nothing(void **state)
     }
 }
 
+/* scores_f16 and values_f16 on F16 rows with a stride, against scores and values on the same
+ * rows converted to floats: the same bits, every set, 1..ATTN_FEW queries, head sizes the
+ * vector forms take and ones they hand to the scalar twin, whole and partial blocks. */
+static void test_attn_few_query_forms_give_the_lane_major_bits(void **state)
+{
+    const struct attn_kern *sets[3] = {&attn_kern_scalar};
+    int n_sets = 1 + vector_sets(sets + 1);
+    static const int hds[] = {64, 72, 80, 128, 8};
+    static const int ranges[][2] = {{0, 16}, {3, 16}, {0, 1}, {5, 11}, {15, 16}, {0, 9}};
+    (void)state;
+    for (size_t h = 0; h < sizeof(hds) / sizeof(hds[0]); h++) {
+        int hd = hds[h], stride = hd + 24;
+        static float Qt[HD_MAX * ATTN_LANES], kf[KV_BLOCK * HD_MAX], S[(KV_BLOCK + 3) * ATTN_LANES];
+        static float want[HD_MAX * ATTN_LANES], o[ATTN_FEW * HD_MAX];
+        static float s0[KV_BLOCK * ATTN_LANES], s1[KV_BLOCK * ATTN_LANES];
+        static uint16_t raw[KV_BLOCK * (HD_MAX + 24)];
+
+        fill(Qt, (size_t)hd * ATTN_LANES, 2.0f);
+        for (int i = 0; i < KV_BLOCK * stride; i++)
+            raw[i] = quant_f32_to_f16(frand() * 2.0f);
+        for (int u = 0; u < KV_BLOCK; u++)
+            for (int d = 0; d < hd; d++)
+                kf[u * hd + d] = quant_f16_to_f32(raw[u * stride + d]);
+        for (int i = 0; i < (KV_BLOCK + 3) * ATTN_LANES; i++)
+            S[i] = f16(fabsf(frand()));
+        for (int s = 0; s < n_sets; s++)
+            for (int nq = 1; nq <= ATTN_FEW; nq++)
+                for (size_t r = 0; r < sizeof(ranges) / sizeof(ranges[0]); r++) {
+                    int u0 = ranges[r][0], u1 = ranges[r][1];
+                    attn_kern_scalar.scores(s0, Qt, kf, u0, u1, hd, 1, 0.125f);
+                    memset(s1, 0, sizeof(s1));
+                    sets[s]->scores_f16(s1, Qt, raw, stride, u0, u1, hd, nq, 0.125f);
+                    for (int u = 0; u < u1 - u0; u++)
+                        for (int j = 0; j < ATTN_LANES; j++)
+                            if (j < nq)
+                                assert_memory_equal(&s0[u * ATTN_LANES + j],
+                                                    &s1[u * ATTN_LANES + j], sizeof(float));
+                            else
+                                assert_true(s1[u * ATTN_LANES + j] == 0.0f);
+                    /* values, accumulated over two calls onto outputs already nonzero */
+                    fill(want, (size_t)hd * ATTN_LANES, 1.0f);
+                    for (int j = 0; j < nq; j++)
+                        for (int d = 0; d < hd; d++)
+                            o[j * hd + d] = want[d * ATTN_LANES + j];
+                    for (int k = 0; k < 2; k++) {
+                        attn_kern_scalar.values(want, S + 3 * k * ATTN_LANES, kf, u0, u1, hd, 1);
+                        sets[s]->values_f16(o, S + 3 * k * ATTN_LANES, raw, stride, u0, u1, hd,
+                                            nq);
+                    }
+                    for (int j = 0; j < nq; j++)
+                        for (int d = 0; d < hd; d++)
+                            assert_memory_equal(&want[d * ATTN_LANES + j], &o[j * hd + d],
+                                                sizeof(float));
+                }
+    }
+}
+
 static void test_attn_exp_is_within_2e7_of_expf(void **state)
 {
     double worst = 0.0;
@@ -195,6 +254,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attn_every_set_gives_the_scalar_twins_bits),
         cmocka_unit_test(test_attn_masked_rows_and_other_lanes_change_nothing),
+        cmocka_unit_test(test_attn_few_query_forms_give_the_lane_major_bits),
         cmocka_unit_test(test_attn_exp_is_within_2e7_of_expf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

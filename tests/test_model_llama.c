@@ -312,6 +312,53 @@ static void test_model_llama_prefill_chunks_match_stepwise(void **state)
     model_destroy(m);
 }
 
+/* Decode reads the cache through attention's few-query tiles, a prefill through its wide
+ * ones: a 150-token prompt (blocks of 16 crossed, the last one partial) fed at once or token
+ * by token gives the same logits bit for bit, in every kernel set this CPU runs, with and
+ * without a sliding window, and with gemma2's attention softcap. */
+static void test_model_llama_decode_gives_the_prefills_bits(void **state)
+{
+    struct fix *f = *state;
+    static const enum kern_set sets[] = {KERN_SET_SCALAR, KERN_SET_AVX2, KERN_SET_AVX512};
+    static const struct {
+        const char *arch;
+        int window;
+    } shapes[] = {{NULL, 0}, {NULL, 37}, {"gemma2", 0}};
+    enum { N = 150 };
+    uint32_t prompt[N];
+
+    for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
+        struct model_gen_opts o = {.type = GGML_TYPE_Q8_0, .seed = 7, .arch = shapes[sh].arch};
+        char err[256];
+        assert_int_equal(model_gen_preset(&o, "tiny"), 0);
+        o.window = shapes[sh].window;
+        snprintf(f->path, sizeof(f->path), "%s/bits-%zu.gguf", f->dir, sh);
+        if (model_gen_write(&o, f->path, err, sizeof(err)) < 0)
+            fail_msg("model_gen_write: %s", err);
+        for (size_t k = 0; k < sizeof(sets) / sizeof(sets[0]); k++) {
+            const struct kern_ops *ops = kern_ops_get(sets[k]);
+            if (!ops)
+                continue;
+            struct model *m = load(f->path, 2, ops);
+            uint32_t nv = m->n_vocab;
+            float *a = malloc(nv * sizeof(float)), *b = malloc(nv * sizeof(float));
+            for (int i = 0; i < N; i++)
+                prompt[i] = 3u + (uint32_t)(i * 7919) % (nv - 3);
+            assert_int_equal(model_prefill(m, 0, prompt, N, a), 0);
+            assert_int_equal(model_prefill(m, 1, prompt, 1, b), 0);
+            for (int i = 1; i < N; i++)
+                assert_int_equal(decode1(m, 1, prompt[i], b), 0);
+            if (memcmp(a, b, nv * sizeof(float)) != 0)
+                fail_msg("%s, window %d, %s kernels: decode differs from prefill by %g",
+                         shapes[sh].arch ? shapes[sh].arch : "llama", shapes[sh].window,
+                         ops->name, (double)max_diff(a, b, nv));
+            free(a);
+            free(b);
+            model_destroy(m);
+        }
+    }
+}
+
 /* ---- (d) errors --------------------------------------------------------------------- */
 
 static void expect_load_error(const char *path, const char *w1, const char *w2)
@@ -510,6 +557,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_model_llama_batching_changes_nothing, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_model_llama_prefill_chunks_match_stepwise, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_model_llama_decode_gives_the_prefills_bits, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_model_llama_rejects_bad_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_model_llama_rejects_bad_calls, setup, teardown),

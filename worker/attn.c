@@ -10,7 +10,11 @@
  * tile covers the union of its queries' ranges, and a query's positions outside its own
  * range get the score -inf, so weight 0, which adds exactly nothing to its sums. So a
  * prefill chunked or batched differently, or the same row decoded alone, gives the same
- * bits, and every kernel set gives the same bits as the scalar twin. */
+ * bits, and every kernel set gives the same bits as the scalar twin.
+ *
+ * A tile of at most ATTN_FEW queries (a decode step's) reads the keys and values as F16 where
+ * they lie in the cache (scores_f16, values_f16: the same sums, so the same bits) instead of
+ * converting each block for lanes that would mostly idle, and its output is query-major. */
 #include <math.h>
 #include <string.h>
 
@@ -37,6 +41,14 @@ static int make_tiles(struct llama *L, int n, int rows_per_tile)
     return t;
 }
 
+/* The first row of this layer's K or V head in the cache block that starts at position bs:
+ * row u at + u * kv_dim. */
+static const uint16_t *block_at(const struct llama *L, const uint16_t *base,
+                                const uint32_t *tab, int bs, size_t head)
+{
+    return base + llama_kv_at(L, tab[bs / KV_BLOCK], L->layer, 0) + head;
+}
+
 /* One cache block's positions [t, e) (of the block starting at bs) of this layer's K or V
  * head as floats in kf, rows outside them zero. */
 static void block_rows(const struct llama *L, const struct attn_kern *ak, float *kf,
@@ -44,7 +56,7 @@ static void block_rows(const struct llama *L, const struct attn_kern *ak, float 
                        size_t head)
 {
     int hd = L->c.head_dim;
-    const uint16_t *src = base + llama_kv_at(L, tab[bs / KV_BLOCK], L->layer, 0) + head;
+    const uint16_t *src = block_at(L, base, tab, bs, head);
     if (t > bs)
         memset(kf, 0, (size_t)(t - bs) * hd * sizeof(float));
     ak->rows_f32(kf + (size_t)(t - bs) * hd, src + (size_t)(t - bs) * L->c.kv_dim, L->c.kv_dim,
@@ -65,12 +77,12 @@ static void tile_task(void *ctx, int task, int thread)
     int hc = g % L->attn_hchunks, h0 = kvh * per_kv + hc * L->attn_nh;
     int nh = per_kv - hc * L->attn_nh < L->attn_nh ? per_kv - hc * L->attn_nh : L->attn_nh;
     int r0 = L->tile_r0[tile], nr = L->tile_n[tile], hd = c->head_dim, nq = nr * nh;
-    int nv = nq <= 8 ? 1 : 2;
+    int nv = nq <= 8 ? 1 : 2, few = nq <= ATTN_FEW;
     const uint32_t *tab = kv_cache_table(L->kvc, L->row_slot[r0]);
     size_t head = (size_t)kvh * hd;
     float *kf = L->attn_scratch + (size_t)thread * L->attn_scratch_per; /* (KV_BLOCK, hd) */
     float *Qt = kf + (size_t)KV_BLOCK * hd;                             /* (hd, LANES) */
-    float *Ot = Qt + (size_t)hd * ATTN_LANES;                           /* (hd, LANES) */
+    float *Ot = Qt + (size_t)hd * ATTN_LANES; /* (hd, LANES), or (nq, hd) when few */
     float *S = Ot + (size_t)hd * ATTN_LANES;                            /* (ctx, LANES) */
     float *o[ATTN_QMAX];
     int lo_j[ATTN_QMAX], hi_j[ATTN_QMAX], lo = 0, hi = 0;
@@ -99,9 +111,15 @@ static void tile_task(void *ctx, int task, int thread)
     /* Q.K^T over the tile's positions [lo, hi), a cache block at a time */
     for (int t = lo; t < hi;) {
         int bs = t / KV_BLOCK * KV_BLOCK, e = bs + KV_BLOCK < hi ? bs + KV_BLOCK : hi;
-        block_rows(L, ak, kf, L->kv_k, tab, bs, t, e, head);
-        ak->scores(S + (size_t)(t - lo) * ATTN_LANES, Qt, kf, t - bs, e - bs, hd, nv,
-                   c->attn_scale);
+        if (few) {
+            ak->scores_f16(S + (size_t)(t - lo) * ATTN_LANES, Qt,
+                           block_at(L, L->kv_k, tab, bs, head), c->kv_dim, t - bs, e - bs, hd,
+                           nq, c->attn_scale);
+        } else {
+            block_rows(L, ak, kf, L->kv_k, tab, bs, t, e, head);
+            ak->scores(S + (size_t)(t - lo) * ATTN_LANES, Qt, kf, t - bs, e - bs, hd, nv,
+                       c->attn_scale);
+        }
         t = e;
     }
     if (cap > 0.0f)
@@ -118,13 +136,19 @@ static void tile_task(void *ctx, int task, int thread)
     /* P.V */
     for (int t = lo; t < hi;) {
         int bs = t / KV_BLOCK * KV_BLOCK, e = bs + KV_BLOCK < hi ? bs + KV_BLOCK : hi;
-        block_rows(L, ak, kf, L->kv_v, tab, bs, t, e, head);
-        ak->values(Ot, S + (size_t)(t - lo) * ATTN_LANES, kf, t - bs, e - bs, hd, nv);
+        if (few) {
+            ak->values_f16(Ot, S + (size_t)(t - lo) * ATTN_LANES,
+                           block_at(L, L->kv_v, tab, bs, head), c->kv_dim, t - bs, e - bs, hd,
+                           nq);
+        } else {
+            block_rows(L, ak, kf, L->kv_v, tab, bs, t, e, head);
+            ak->values(Ot, S + (size_t)(t - lo) * ATTN_LANES, kf, t - bs, e - bs, hd, nv);
+        }
         t = e;
     }
     for (int j = 0; j < nq; j++)
         for (int d = 0; d < hd; d++)
-            o[j][d] = Ot[d * ATTN_LANES + j];
+            o[j][d] = few ? Ot[j * hd + d] : Ot[d * ATTN_LANES + j];
 }
 
 size_t llama_attn_scratch(const struct llama_config *c, uint32_t ctx)

@@ -14,13 +14,22 @@
  * over the rows; exp by one polynomial (attn_exp); the sum of the weights one add after
  * another over the rows; the value sums one FMA after another over the rows. So a query's
  * bits do not depend on which other queries share its tile or which lanes are used, and the
- * scalar twin and the AVX2 and AVX-512 sets give the same bits (tested). */
+ * scalar twin and the AVX2 and AVX-512 sets give the same bits (tested).
+ *
+ * A decode step's tile holds few queries (a KV head's query heads: 3 for SmolLM, 8 for
+ * TinyLlama), so most of the lanes above would idle while every key and value is converted
+ * to floats for them. Tiles of at most ATTN_FEW queries take scores_f16 and values_f16
+ * instead, which read the cache's F16 rows where they lie: scores_f16 puts 8 or 16 keys side
+ * by side in the lanes (each lane sums its own key over d, in order, so the F16 rows are
+ * transposed on the way in), values_f16 the elements d of one query's output. Each (query,
+ * key) and (query, d) sum is still the same FMAs in the same order, so the same bits. */
 #ifndef ATTN_KERN_H
 #define ATTN_KERN_H
 
 #include <stdint.h>
 
 #define ATTN_LANES 16
+#define ATTN_FEW 8 /* tiles of at most this many queries take scores_f16 and values_f16 */
 
 struct attn_kern {
     const char *name;
@@ -35,6 +44,16 @@ struct attn_kern {
     /* Ot[d * ATTN_LANES + j] += sum over u in [u0, u1), in order, of
      * S[(u - u0) * ATTN_LANES + j] * vf[u * hd + d]. */
     void (*values)(float *Ot, const float *S, const float *vf, int u0, int u1, int hd, int nv);
+    /* scores for the first nq <= ATTN_FEW lanes, the keys read as F16 where they lie: key u at
+     * k[u * stride], only u in [u0, u1) read (u1 <= KV_BLOCK). The rows' other lanes are
+     * left as they are. */
+    void (*scores_f16)(float *S, const float *Qt, const uint16_t *k, int stride, int u0, int u1,
+                       int hd, int nq, float scale);
+    /* O[j * hd + d] += sum over u in [u0, u1), in order, of S[(u - u0) * ATTN_LANES + j] *
+     * v_u[d] (v_u at v[u * stride], F16), for j < nq <= ATTN_FEW: values's sums for
+     * query-major outputs. */
+    void (*values_f16)(float *O, const float *S, const uint16_t *v, int stride, int u0, int u1,
+                       int hd, int nq);
     /* dst[r * hd + d] = src[r * stride + d] (F16 to float), rows [0, n). */
     void (*rows_f32)(float *dst, const uint16_t *src, int stride, int n, int hd);
     /* x[i] = f32(f16(x[i])), round to nearest even. */

@@ -61,6 +61,48 @@ static void values(float *Ot, const float *S, const float *vf, int u0, int u1, i
         }
 }
 
+/* F16 elements [d0, d0 + n) of a row as floats in buf (n <= 64): each key or value element
+ * converted once for all the tile's queries. */
+static int row_chunk(float *buf, const uint16_t *row, int d0, int hd)
+{
+    int n = hd - d0 < 64 ? hd - d0 : 64;
+    for (int d = 0; d < n; d++)
+        buf[d] = quant_f16_to_f32(row[d0 + d]);
+    return n;
+}
+
+static void scores_f16(float *S, const float *Qt, const uint16_t *k, int stride, int u0, int u1,
+                       int hd, int nq, float scale)
+{
+    float buf[64], acc[ATTN_FEW];
+    for (int u = u0; u < u1; u++) {
+        for (int j = 0; j < nq; j++)
+            acc[j] = 0.0f;
+        for (int d0 = 0; d0 < hd; d0 += 64) {
+            int n = row_chunk(buf, k + (size_t)u * stride, d0, hd);
+            for (int j = 0; j < nq; j++)
+                for (int d = 0; d < n; d++)
+                    acc[j] = fmaf(Qt[(d0 + d) * ATTN_LANES + j], buf[d], acc[j]);
+        }
+        for (int j = 0; j < nq; j++)
+            S[(u - u0) * ATTN_LANES + j] = acc[j] * scale;
+    }
+}
+
+static void values_f16(float *O, const float *S, const uint16_t *v, int stride, int u0, int u1,
+                       int hd, int nq)
+{
+    float buf[64];
+    for (int u = u0; u < u1; u++)
+        for (int d0 = 0; d0 < hd; d0 += 64) {
+            int n = row_chunk(buf, v + (size_t)u * stride, d0, hd);
+            for (int j = 0; j < nq; j++)
+                for (int d = 0; d < n; d++)
+                    O[j * hd + d0 + d] =
+                        fmaf(S[(u - u0) * ATTN_LANES + j], buf[d], O[j * hd + d0 + d]);
+        }
+}
+
 static void rows_f32(float *dst, const uint16_t *src, int stride, int n, int hd)
 {
     for (int r = 0; r < n; r++)
@@ -79,6 +121,8 @@ const struct attn_kern attn_kern_scalar = {
     .scores = scores,
     .softmax = softmax,
     .values = values,
+    .scores_f16 = scores_f16,
+    .values_f16 = values_f16,
     .rows_f32 = rows_f32,
     .round16 = round16_n,
 };

@@ -138,6 +138,144 @@ static AVX2 void values_avx2(float *Ot, const float *S, const float *vf, int u0,
         va_avx2(Ot, S, vf, u0, u1, hd, d, 1, 2);
 }
 
+/* Rows r[0..7] (8 floats each) transposed: r[i] holds element i of the eight rows. */
+AVX2I void tr8_avx2(__m256 r[8])
+{
+    __m256 t[8], u[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; g++) {
+        u[4 * g] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+        u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+        u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+        u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+    }
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; e++) {
+        r[e] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x20);
+        r[4 + e] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x31);
+    }
+}
+
+/* scores_f16 for keys [kb, kb + 8) of the block (those outside [u0, u1) read as 0), NQ
+ * queries: lane u of acc[j] sums q_j[d] * k_u[d] over d in order. */
+AVX2I void scf_avx2(float *S, const float *Qt, const uint16_t *k, int stride, int kb, int u0,
+                    int u1, int hd, float scale, const int NQ)
+{
+    __m256 acc[ATTN_FEW], r[8];
+    float out[ATTN_FEW][8];
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; j++)
+        acc[j] = _mm256_setzero_ps();
+    for (int d0 = 0; d0 < hd; d0 += 8) {
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; u++)
+            r[u] = kb + u >= u0 && kb + u < u1
+                       ? _mm256_cvtph_ps(_mm_loadu_si128(
+                             (const __m128i *)(k + (size_t)(kb + u) * stride + d0)))
+                       : _mm256_setzero_ps();
+        tr8_avx2(r);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+#pragma GCC unroll 8
+            for (int j = 0; j < NQ; j++)
+                acc[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(Qt + (d0 + i) * ATTN_LANES + j), r[i],
+                                         acc[j]);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; j++)
+        _mm256_storeu_ps(out[j], _mm256_mul_ps(acc[j], _mm256_set1_ps(scale)));
+    for (int u = kb > u0 ? kb : u0; u < kb + 8 && u < u1; u++)
+#pragma GCC unroll 8
+        for (int j = 0; j < NQ; j++)
+            S[(u - u0) * ATTN_LANES + j] = out[j][u - kb];
+}
+
+static AVX2 void scores_f16_avx2(float *S, const float *Qt, const uint16_t *k, int stride,
+                                 int u0, int u1, int hd, int nq, float scale)
+{
+    if (hd % 8 || nq < 1 || nq > ATTN_FEW) {
+        attn_kern_scalar.scores_f16(S, Qt, k, stride, u0, u1, hd, nq, scale);
+        return;
+    }
+    for (int kb = 0; kb < KV_BLOCK; kb += 8) {
+        if (kb >= u1 || kb + 8 <= u0)
+            continue;
+        switch (nq) {
+#define SCF(n)                                                                                 \
+    case n:                                                                                    \
+        scf_avx2(S, Qt, k, stride, kb, u0, u1, hd, scale, n);                                 \
+        break;
+            SCF(1) SCF(2) SCF(3) SCF(4) SCF(5) SCF(6) SCF(7) SCF(8)
+#undef SCF
+        }
+    }
+}
+
+/* values_f16's elements [d0, d0 + 8 * DV) of NQ queries' outputs. */
+AVX2I void vaf_avx2(float *O, const float *S, const uint16_t *v, int stride, int u0, int u1,
+                    int hd, int d0, const int NQ, const int DV)
+{
+    __m256 acc[ATTN_FEW][4];
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; j++)
+#pragma GCC unroll 4
+        for (int c = 0; c < DV; c++)
+            acc[j][c] = _mm256_loadu_ps(O + j * hd + d0 + 8 * c);
+    for (int u = u0; u < u1; u++) {
+        __m256 x[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < DV; c++)
+            x[c] = _mm256_cvtph_ps(
+                _mm_loadu_si128((const __m128i *)(v + (size_t)u * stride + d0 + 8 * c)));
+#pragma GCC unroll 8
+        for (int j = 0; j < NQ; j++) {
+            __m256 p = _mm256_broadcast_ss(S + (u - u0) * ATTN_LANES + j);
+#pragma GCC unroll 4
+            for (int c = 0; c < DV; c++)
+                acc[j][c] = _mm256_fmadd_ps(p, x[c], acc[j][c]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; j++)
+#pragma GCC unroll 4
+        for (int c = 0; c < DV; c++)
+            _mm256_storeu_ps(O + j * hd + d0 + 8 * c, acc[j][c]);
+}
+
+/* All of hd, in chunks of 8 * DV elements (at most 12 accumulators), then of 8. */
+AVX2I void vaf_avx2_n(float *O, const float *S, const uint16_t *v, int stride, int u0, int u1,
+                      int hd, const int NQ)
+{
+    const int DV = NQ <= 3 ? 4 : NQ <= 6 ? 2 : 1;
+    int d = 0;
+    for (; d + 8 * DV <= hd; d += 8 * DV)
+        vaf_avx2(O, S, v, stride, u0, u1, hd, d, NQ, DV);
+    for (; d < hd; d += 8)
+        vaf_avx2(O, S, v, stride, u0, u1, hd, d, NQ, 1);
+}
+
+static AVX2 void values_f16_avx2(float *O, const float *S, const uint16_t *v, int stride, int u0,
+                                 int u1, int hd, int nq)
+{
+    if (hd % 8 || nq < 1 || nq > ATTN_FEW) {
+        attn_kern_scalar.values_f16(O, S, v, stride, u0, u1, hd, nq);
+        return;
+    }
+    switch (nq) {
+#define VAF(n)                                                                                 \
+    case n:                                                                                    \
+        vaf_avx2_n(O, S, v, stride, u0, u1, hd, n);                                           \
+        break;
+        VAF(1) VAF(2) VAF(3) VAF(4) VAF(5) VAF(6) VAF(7) VAF(8)
+#undef VAF
+    }
+}
+
 static AVX2 void rows_f32_avx2(float *dst, const uint16_t *src, int stride, int n, int hd)
 {
     for (int r = 0; r < n; r++) {
@@ -165,6 +303,8 @@ const struct attn_kern attn_kern_avx2 = {
     .scores = scores_avx2,
     .softmax = softmax_avx2,
     .values = values_avx2,
+    .scores_f16 = scores_f16_avx2,
+    .values_f16 = values_f16_avx2,
     .rows_f32 = rows_f32_avx2,
     .round16 = round16_avx2,
 };
@@ -242,11 +382,156 @@ static AVX512 void values_avx512(float *Ot, const float *S, const float *vf, int
         va_avx512(Ot, S, vf, u0, u1, hd, d, 1);
 }
 
+/* Rows r[0..15] (16 floats each) transposed: r[i] holds element i of the sixteen rows. */
+AVX512I void tr16_avx512(__m512 r[16])
+{
+    __m512 t[16], u[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* u[4g + e]'s 128-bit lane L: element 4L + e of rows 4g .. 4g + 3 */
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) {
+        __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+        __m512d c = _mm512_castps_pd(t[4 * g + 2]), e = _mm512_castps_pd(t[4 * g + 3]);
+        u[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e));
+        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));
+    }
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; e++) {
+        __m512 x = _mm512_shuffle_f32x4(u[e], u[4 + e], 0x88);
+        __m512 y = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0x88);
+        __m512 x1 = _mm512_shuffle_f32x4(u[e], u[4 + e], 0xDD);
+        __m512 y1 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0xDD);
+        r[e] = _mm512_shuffle_f32x4(x, y, 0x88);
+        r[8 + e] = _mm512_shuffle_f32x4(x, y, 0xDD);
+        r[4 + e] = _mm512_shuffle_f32x4(x1, y1, 0x88);
+        r[12 + e] = _mm512_shuffle_f32x4(x1, y1, 0xDD);
+    }
+}
+
+/* scores_f16 for the block's 16 keys in the lanes (those outside [u0, u1) read as 0), NQ
+ * queries. */
+AVX512I void scf_avx512(float *S, const float *Qt, const uint16_t *k, int stride, int u0, int u1,
+                        int hd, float scale, const int NQ)
+{
+    __m512 acc[ATTN_FEW], r[16];
+    float out[ATTN_FEW][16];
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; j++)
+        acc[j] = _mm512_setzero_ps();
+    for (int d0 = 0; d0 < hd; d0 += 16) {
+#pragma GCC unroll 16
+        for (int u = 0; u < 16; u++)
+            r[u] = u >= u0 && u < u1
+                       ? _mm512_cvtph_ps(_mm256_loadu_si256(
+                             (const __m256i *)(k + (size_t)u * stride + d0)))
+                       : _mm512_setzero_ps();
+        tr16_avx512(r);
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+#pragma GCC unroll 8
+            for (int j = 0; j < NQ; j++)
+                acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(Qt[(d0 + i) * ATTN_LANES + j]), r[i],
+                                         acc[j]);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; j++)
+        _mm512_storeu_ps(out[j], _mm512_mul_ps(acc[j], _mm512_set1_ps(scale)));
+    for (int u = u0; u < u1; u++)
+#pragma GCC unroll 8
+        for (int j = 0; j < NQ; j++)
+            S[(u - u0) * ATTN_LANES + j] = out[j][u];
+}
+
+static AVX512 void scores_f16_avx512(float *S, const float *Qt, const uint16_t *k, int stride,
+                                     int u0, int u1, int hd, int nq, float scale)
+{
+    if (hd % 16 || nq < 1 || nq > ATTN_FEW) {
+        attn_kern_scalar.scores_f16(S, Qt, k, stride, u0, u1, hd, nq, scale);
+        return;
+    }
+    switch (nq) {
+#define SCF(n)                                                                                 \
+    case n:                                                                                    \
+        scf_avx512(S, Qt, k, stride, u0, u1, hd, scale, n);                                   \
+        break;
+        SCF(1) SCF(2) SCF(3) SCF(4) SCF(5) SCF(6) SCF(7) SCF(8)
+#undef SCF
+    }
+}
+
+/* values_f16's elements [d0, d0 + 16 * DV) of NQ queries' outputs. */
+AVX512I void vaf_avx512(float *O, const float *S, const uint16_t *v, int stride, int u0, int u1,
+                        int hd, int d0, const int NQ, const int DV)
+{
+    __m512 acc[ATTN_FEW][4];
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; j++)
+#pragma GCC unroll 4
+        for (int c = 0; c < DV; c++)
+            acc[j][c] = _mm512_loadu_ps(O + j * hd + d0 + 16 * c);
+    for (int u = u0; u < u1; u++) {
+        __m512 x[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < DV; c++)
+            x[c] = _mm512_cvtph_ps(
+                _mm256_loadu_si256((const __m256i *)(v + (size_t)u * stride + d0 + 16 * c)));
+#pragma GCC unroll 8
+        for (int j = 0; j < NQ; j++) {
+            __m512 p = _mm512_set1_ps(S[(u - u0) * ATTN_LANES + j]);
+#pragma GCC unroll 4
+            for (int c = 0; c < DV; c++)
+                acc[j][c] = _mm512_fmadd_ps(p, x[c], acc[j][c]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; j++)
+#pragma GCC unroll 4
+        for (int c = 0; c < DV; c++)
+            _mm512_storeu_ps(O + j * hd + d0 + 16 * c, acc[j][c]);
+}
+
+/* All of hd, in chunks of 16 * DV elements (at most 24 accumulators), then of 16. */
+AVX512I void vaf_avx512_n(float *O, const float *S, const uint16_t *v, int stride, int u0,
+                          int u1, int hd, const int NQ)
+{
+    const int DV = NQ <= 6 ? 4 : 2;
+    int d = 0;
+    for (; d + 16 * DV <= hd; d += 16 * DV)
+        vaf_avx512(O, S, v, stride, u0, u1, hd, d, NQ, DV);
+    for (; d < hd; d += 16)
+        vaf_avx512(O, S, v, stride, u0, u1, hd, d, NQ, 1);
+}
+
+static AVX512 void values_f16_avx512(float *O, const float *S, const uint16_t *v, int stride,
+                                     int u0, int u1, int hd, int nq)
+{
+    if (hd % 16 || nq < 1 || nq > ATTN_FEW) {
+        attn_kern_scalar.values_f16(O, S, v, stride, u0, u1, hd, nq);
+        return;
+    }
+    switch (nq) {
+#define VAF(n)                                                                                 \
+    case n:                                                                                    \
+        vaf_avx512_n(O, S, v, stride, u0, u1, hd, n);                                         \
+        break;
+        VAF(1) VAF(2) VAF(3) VAF(4) VAF(5) VAF(6) VAF(7) VAF(8)
+#undef VAF
+    }
+}
+
 const struct attn_kern attn_kern_avx512 = {
     .name = "avx512",
     .scores = scores_avx512,
     .softmax = softmax_avx512,
     .values = values_avx512,
+    .scores_f16 = scores_f16_avx512,
+    .values_f16 = values_f16_avx512,
     .rows_f32 = rows_f32_avx2,
     .round16 = round16_avx2,
 };
