@@ -536,9 +536,11 @@ static void test_kernels_avxvnni_one_sequence_b32_rows_give_the_tile_bits(void *
     check_one_seq_b32_rows(KERN_SET_AVXVNNI);
 }
 
-/* Q8_0 weights whose codes are random bytes (-128 included, which quantizing never gives): 8
- * to 16 decode sequences still give each sequence the bits it gets alone (the lane kernels'
- * int16 partial sums stay exact over every code). */
+/* Q8_0 weights whose codes are random bytes (-128 included, which quantizing never gives),
+ * with some blocks all -128, all 127 or alternating the two (the extremes of a block's code
+ * sum, from which plain AVX2 takes its zero point per row and block), in a group of eight
+ * rows and a tail of five: 8 to 16 decode sequences still give each sequence the bits it gets
+ * alone (the lane kernels' int16 partial sums stay exact over every code). */
 static void check_decode_q8_0_every_code(enum kern_set set)
 {
     const struct kern_ops *k = kern_ops_get(set);
@@ -554,6 +556,13 @@ static void check_decode_q8_0_every_code(enum kern_set set)
             seed = seed * 1103515245u + 12345u;
             b[i].qs[l] = (int8_t)(seed >> 16);
         }
+    const int nb = cols / QUANT_QK;
+    for (int l = 0; l < QUANT_QK; l++) {
+        b[2 * nb + 0].qs[l] = -128;
+        b[5 * nb + 16].qs[l] = 127;
+        b[9 * nb + 1].qs[l] = (int8_t)(l & 1 ? 127 : -128);
+        b[12 * nb + 3].qs[l] = -128;
+    }
     float *alone = calloc((size_t)16 * rows, sizeof(float));
     assert_non_null(alone);
     for (int s = 0; s < 16; s++) {

@@ -11,8 +11,8 @@
  * vpdpbusd per vector, the codes made unsigned (Q8_0 and IQ4_NL xor 0x80, Q4_0's nibbles and
  * Q5_0's 5-bit codes as they are) and their zero point taken off as -zero * sum(activation
  * bytes) per block, from which each sum starts. Without it maddubs + madd: Q8_0's activations
- * are split in the panel into low nibbles and signed high nibbles, which the codes multiply
- * directly (q8x_rows), IQ4_NL gives maddubs |w| and moves w's sign onto the activations (each
+ * (+ 128) are split in the panel into two unsigned nibbles, which the codes multiply directly,
+ * the zero point coming off per row and block (q8x_rows), IQ4_NL gives maddubs |w| and moves w's sign onto the activations (each
  * pair at most 2 * 128 * 127, which fits int16); Q4_0's nibbles (<= 15) multiply the
  * activations directly and a whole block of pairs is summed in int16 (16 products of at most
  * 15 * 128: 30720) before one madd, Q5_0's codes (<= 31, decoded once per row and block)
@@ -74,11 +74,14 @@ _Static_assert(COLS_OUT >= 8 && 8 % COLS_R1 == 0 && 8 % COLS_R2 == 0 && 8 % COLS
 struct cols_panel {
     __m256i x[COLS_MAXK / 4][2];        /* [t][v], lane l: dword t of sequence 8v + l */
 #ifndef __AVXVNNI__
-    __m256i xh[COLS_MAXK / 4][2]; /* Q8_0 (q8x_rows): x >> 4 of each byte; x holds x & 15 */
+    __m256i xh[COLS_MAXK / 4][2]; /* Q8_0 (q8x_rows): (x >> 4) + 8 of each byte; x holds x & 15 */
+    /* q8x_rows, eight rows at a time, per block: -128 * the sum of row i's codes, its scale */
+    int32_t zc[COLS_MAXK / QUANT_QK][8];
+    float zs[COLS_MAXK / QUANT_QK][8];
 #endif
     __m256 dx[COLS_MAXK / QUANT_QK][2]; /* lane l: the block's scale (Q8_K: superblock's) */
-    __m256i ic[COLS_MAXK / QUANT_QK][2]; /* lane l: -zero * sum of the block's bytes (q8x_rows:
-                                          * -16 * 128 * sum of its x >> 4) */
+    __m256i ic[COLS_MAXK / QUANT_QK][2]; /* lane l: -zero * sum of the block's bytes (not
+                                          * q8x_rows) */
     /* Q8_K: per superblock, int16 pairs of sums of 16 (Q6_K's sub-blocks) or 32 (Q4_K's)
      * activation bytes, sub-blocks 2i and 2i+1 in pair i */
     __m256i bs[COLS_MAXK / QUANT_QK_K][8][2];
@@ -268,15 +271,16 @@ static AI void cols_rows(const enum ggml_type t, const int R, const int V, const
 
 #ifndef __AVXVNNI__
 /* Q8_0 on plain AVX2, lane = sequence: each activation byte x split in the panel as
- * x = 16 xh + xl, xl = x & 15 (0..15), xh = x >> 4 (-8..7). Per 4 codes w, broadcast raw from
- * the row, and per vector: maddubs(xl, w) (products of at most 15 * 128, a pair 3840) and
- * maddubs(w + 128, xh) (products of at most 255 * 8, a pair 4080), each summed over the whole
- * block in int16 (8 pairs: 30720 and 32640), then one madd by 1 and one by 16; the 128 comes off as the
- * panel's -16 * 128 * sum(xh) per block. Two multiply-port ops per 4 codes and vector (the
- * sign path, maddubs of |w| and sign(x, w) then madd: three), one broadcast per 4 codes and
- * row, straight from W, no decode of the row. bench_kernels (avx2, Q8_0, CPU ms per call, best
- * of 4): 2048x5632 at 8 sequences 1.591 -> 1.492, at 16 3.009 -> 2.537 (against the sign
- * path at 8 and the nibble-split codes at 16, both with this prefetch). */
+ * x + 128 = 16 xh + xl, xl = x & 15, xh = (x >> 4) + 8 (both 0..15). Per 4 codes w, broadcast
+ * raw from the row, and per vector: maddubs(xl, w) and maddubs(xh, w) (products of at most
+ * 15 * 128, a pair 3840), each summed over the whole block in int16 (8 pairs: 30720), then one
+ * madd by 1 and one by 16; the 128 comes off as -128 * sum(w), the same for every sequence,
+ * which q8x_pre computed for the row and block (with its scale) before. Two multiply-port ops
+ * per 4 codes and vector (the sign path, maddubs of |w| and sign(x, w) then madd: three), one
+ * broadcast per 4 codes and row, straight from W, no decode of the row. bench_kernels (avx2,
+ * Q8_0, CPU ms per call, best of 4): 2048x5632 at 8 sequences 1.591 -> 1.492, at 16 3.009 ->
+ * 2.537 (against the sign path at 8 and the nibble-split codes at 16, both with this
+ * prefetch; then with w + 128 and a per-sequence zero point). */
 #ifndef Q8X_R1
 #define Q8X_R1 4
 #endif
@@ -284,21 +288,16 @@ static AI void cols_rows(const enum ggml_type t, const int R, const int V, const
 #define Q8X_R2 2
 #endif
 #define Q8X_R (Q8X_R1 > Q8X_R2 ? Q8X_R1 : Q8X_R2)
-/* Blocks ahead each row is prefetched (past a row's end, as cols_rows). Further than COLS_PF:
- * a block of R rows takes q8x_rows some 45 cycles at 16 sequences, so 12 blocks ahead were
- * ~150 ns, about one miss to DRAM, and a cold 5632x2048 at 16 sequences ran ~10% slower than
- * the same matrix in cache; 32 closes most of that (scratch harness, min CPU ms per call,
- * 10 copies cycled: 2.445, 2.411 -> 2.229 at 40, 2.28 at 24). */
-#ifndef Q8X_PF
-#define Q8X_PF 32
-#endif
 _Static_assert(Q8X_R <= COLS_OUT, "the caller's out[] holds COLS_OUT rows of 16 sequences");
 _Static_assert(8 % Q8X_R1 == 0 && 8 % Q8X_R2 == 0, "the caller runs eight rows as whole groups");
+/* R rows (rb bytes apart, from w0; row r is row i + r of its eight-row group, i given by zc
+ * and zs: &P->zc[0][i], &P->zs[0][i]) over ng blocks against V vectors of the panel:
+ * out[16 * r + 8 * v + l]. */
 static AI void q8x_rows(const int R, const int V, const char *w0, size_t rb, int ng,
-                        const struct cols_panel *P, float *out)
+                        const struct cols_panel *P, const int32_t *zc, const float *zs,
+                        float *out)
 {
     const size_t bb = sizeof(struct quant_block_q8_0);
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
     __m256 acc[Q8X_R][2];
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++)
@@ -307,32 +306,34 @@ static AI void q8x_rows(const int R, const int V, const char *w0, size_t rb, int
             acc[r][v] = _mm256_setzero_ps();
     for (int g = 0; g < ng; g++) {
         const char *wb = w0 + (size_t)g * bb;
-        const size_t pfo = g + Q8X_PF < ng ? Q8X_PF * bb : Q8X_PF * bb + (size_t)(R - 1) * rb;
+        /* the same block of the row eight on, which the next group's q8x_pre reads first
+         * (then this loop from cache): a whole group's work ahead of its use, so the misses
+         * to DRAM are long done; prefetching each row 32 blocks ahead of itself instead
+         * made q8x_pre wait on them (scratch harness, 2048x2048 at 16 sequences: 1.02 ms
+         * against 0.79) */
         _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++)
-            _mm_prefetch(wb + (size_t)r * rb + pfo, _MM_HINT_T0);
+            _mm_prefetch(wb + (size_t)(r + 8) * rb, _MM_HINT_T0);
         __m256i pl[Q8X_R][2], ph[Q8X_R][2];
         _Pragma("GCC unroll 8")
         for (int j = 0; j < 8; j++) {
-            __m256i w[Q8X_R], u[Q8X_R];
+            __m256i w[Q8X_R];
             _Pragma("GCC unroll 4")
-            for (int r = 0; r < R; r++) {
+            for (int r = 0; r < R; r++)
                 w[r] = bcast_ld(wb + (size_t)r * rb + 2 + 4 * j);
-                u[r] = _mm256_xor_si256(w[r], flip);
-            }
             _Pragma("GCC unroll 2")
             for (int v = 0; v < V; v++) {
                 __m256i xl = _mm256_load_si256(&P->x[8 * g + j][v]);
                 __m256i xh = _mm256_load_si256(&P->xh[8 * g + j][v]);
-                /* into registers once for the R rows: GCC otherwise folds xh into each
-                 * row's maddubs as a memory operand, and loads are what this loop runs
-                 * short of (one more stack broadcast per 4 codes and row instead of the xor
-                 * cost 14% at 16 sequences, bench_kernels) */
+                /* into registers once for the R rows: GCC otherwise folds them into each
+                 * row's maddubs as memory operands, and loads are what this loop runs short
+                 * of (one more stack broadcast per 4 codes and row cost 14% at 16 sequences,
+                 * bench_kernels) */
                 __asm__("" : "+x"(xl), "+x"(xh));
                 _Pragma("GCC unroll 4")
                 for (int r = 0; r < R; r++) {
                     __m256i ql = _mm256_maddubs_epi16(xl, w[r]);
-                    __m256i qh = _mm256_maddubs_epi16(u[r], xh);
+                    __m256i qh = _mm256_maddubs_epi16(xh, w[r]);
                     pl[r][v] = j ? _mm256_add_epi16(pl[r][v], ql) : ql;
                     ph[r][v] = j ? _mm256_add_epi16(ph[r][v], qh) : qh;
                     __asm__("" : "+x"(pl[r][v]), "+x"(ph[r][v]));
@@ -341,13 +342,13 @@ static AI void q8x_rows(const int R, const int V, const char *w0, size_t rb, int
         }
         _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++) {
-            const __m256 sc = block_scale(wb + (size_t)r * rb);
+            const __m256 sc = _mm256_broadcast_ss(zs + 8 * g + r);
+            const __m256i z = bcast_ld(zc + 8 * g + r);
             _Pragma("GCC unroll 2")
             for (int v = 0; v < V; v++) {
                 __m256i ia = _mm256_add_epi32(
-                    _mm256_load_si256(&P->ic[g][v]),
-                    _mm256_add_epi32(_mm256_madd_epi16(pl[r][v], _mm256_set1_epi16(1)),
-                                     _mm256_madd_epi16(ph[r][v], _mm256_set1_epi16(16))));
+                    z, _mm256_add_epi32(_mm256_madd_epi16(pl[r][v], _mm256_set1_epi16(1)),
+                                        _mm256_madd_epi16(ph[r][v], _mm256_set1_epi16(16))));
                 acc[r][v] = b32_step(acc[r][v], ia, sc, &P->dx[g][v]);
             }
         }
@@ -357,6 +358,60 @@ static AI void q8x_rows(const int R, const int V, const char *w0, size_t rb, int
         _Pragma("GCC unroll 2")
         for (int v = 0; v < V; v++)
             _mm256_storeu_ps(out + 16 * r + 8 * v, acc[r][v]);
+}
+
+/* For n rows (at most 8; rb bytes apart, from w0) over ng blocks, what q8x_rows takes per
+ * row and block: P->zc[g][i] = -128 * the sum of row i's 32 codes, P->zs[g][i] its scale.
+ * Eight rows by vectors: per block each row's codes + 128 summed by vpsadbw into four
+ * qwords, the eight rows' qwords packed and added down to one vector of eight sums, and the
+ * eight f16 scales converted at once. Done per group of rows, this takes the xor of every
+ * broadcast and the scale's conversion out of q8x_rows (scratch harness, 16 sequences:
+ * 2048x2048 in cache 0.807, 0.848 -> 0.793, 0.782 CPU ms per call; 5632x2048 from DRAM
+ * 2.27-2.30 -> 2.19-2.23). */
+static void q8x_pre(const char *w0, size_t rb, int n, int ng, struct cols_panel *P)
+{
+    const size_t bb = sizeof(struct quant_block_q8_0);
+    if (n < 8) {
+        for (int g = 0; g < ng; g++)
+            for (int i = 0; i < n; i++) {
+                const struct quant_block_q8_0 *b =
+                    (const struct quant_block_q8_0 *)(w0 + (size_t)i * rb) + g;
+                int32_t sum = 0;
+                for (int l = 0; l < QUANT_QK; l++)
+                    sum += b->qs[l];
+                P->zc[g][i] = -128 * sum;
+                P->zs[g][i] = _cvtsh_ss(b->d);
+            }
+        return;
+    }
+    const __m256i flip = _mm256_set1_epi8((char)0x80), z = _mm256_setzero_si256();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int g = 0; g < ng; g++) {
+        const char *wb = w0 + (size_t)g * bb;
+        __m256i s[8];
+        __m128i h = _mm_setzero_si128();
+        _Pragma("GCC unroll 8")
+        for (int i = 0; i < 8; i++) {
+            const struct quant_block_q8_0 *b = (const struct quant_block_q8_0 *)(wb + (size_t)i * rb);
+            s[i] = _mm256_sad_epu8(
+                _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b->qs), flip), z);
+            h = _mm_insert_epi16(h, b->d, i);
+        }
+        _mm256_store_ps(P->zs[g], _mm256_cvtph_ps(h));
+        /* per 128-bit lane, words of qwords (a, b) of rows 0..3: a0 b0 a1 b1 a2 b2 a3 b3 (each
+         * sum at most 8 * 255, so the packs do not saturate) */
+        __m256i p0 = _mm256_packus_epi32(_mm256_packus_epi32(s[0], s[1]),
+                                         _mm256_packus_epi32(s[2], s[3]));
+        __m256i p1 = _mm256_packus_epi32(_mm256_packus_epi32(s[4], s[5]),
+                                         _mm256_packus_epi32(s[6], s[7]));
+        __m256i m0 = _mm256_madd_epi16(p0, ones), m1 = _mm256_madd_epi16(p1, ones);
+        __m256i t = _mm256_add_epi32(_mm256_permute2x128_si256(m0, m1, 0x20),
+                                     _mm256_permute2x128_si256(m0, m1, 0x31));
+        /* t = sum(w + 128): -128 * sum(w) = -128 * (t - 32 * 128) */
+        _mm256_store_si256((__m256i *)P->zc[g],
+                           _mm256_sub_epi32(_mm256_set1_epi32(128 * QUANT_QK * 128),
+                                            _mm256_slli_epi32(t, 7)));
+    }
 }
 #endif
 
@@ -556,7 +611,9 @@ static AI void k_rows(const enum ggml_type t, const int R, const int V, const ch
                          : cols_rows(T, 1, 2, w0, rb, ng, P, out);                             \
     } while (0)
 
-static void cols_any(enum ggml_type t, int V, int R, const char *w0, size_t rb, int ng,
+/* R rows from w0 over ng blocks (i: the first row's place in its eight-row group, for
+ * q8x_rows) into out[16 * r + s]. */
+static void cols_any(enum ggml_type t, int V, int R, int i, const char *w0, size_t rb, int ng,
                      const struct cols_panel *P, float *out)
 {
     if (t == GGML_TYPE_Q4_K)
@@ -565,15 +622,20 @@ static void cols_any(enum ggml_type t, int V, int R, const char *w0, size_t rb, 
         K_T(GGML_TYPE_Q6_K);
     else if (t == GGML_TYPE_Q8_0)
 #ifdef __AVXVNNI__
+    {
+        (void)i;
         COLS_T(GGML_TYPE_Q8_0);
+    }
 #else
     {
+        const int32_t *zc = &P->zc[0][i];
+        const float *zs = &P->zs[0][i];
         if (V == 1)
-            R == Q8X_R1 ? q8x_rows(Q8X_R1, 1, w0, rb, ng, P, out)
-                        : q8x_rows(1, 1, w0, rb, ng, P, out);
+            R == Q8X_R1 ? q8x_rows(Q8X_R1, 1, w0, rb, ng, P, zc, zs, out)
+                        : q8x_rows(1, 1, w0, rb, ng, P, zc, zs, out);
         else
-            R == Q8X_R2 ? q8x_rows(Q8X_R2, 2, w0, rb, ng, P, out)
-                        : q8x_rows(1, 2, w0, rb, ng, P, out);
+            R == Q8X_R2 ? q8x_rows(Q8X_R2, 2, w0, rb, ng, P, zc, zs, out)
+                        : q8x_rows(1, 2, w0, rb, ng, P, zc, zs, out);
     }
 #endif
     else if (t == GGML_TYPE_Q4_0)
@@ -627,8 +689,8 @@ static void panel_q8_k(enum ggml_type t, const struct kern_act *X, int n_seq, in
 
 /* The panel of n_seq Q8_0 activations over ng blocks (zero beyond n_seq), eight sequences
  * at a time: each sequence's 32 bytes in one vector, transposed so that vector j holds dword
- * j of the eight. split (q8x_rows): x holds each byte's x & 15 and xh its x >> 4 (signed), ic
- * -16 * 128 * sum(x >> 4); otherwise x holds the bytes and ic -zero * sum(bytes). */
+ * j of the eight. split (q8x_rows): x holds each byte's x & 15 and xh its (x >> 4) + 8, no ic
+ * (q8x_pre's per-row zero point); otherwise x holds the bytes and ic -zero * sum(bytes). */
 static void panel_q8_0(const struct kern_act *X, int n_seq, int V, int ng, int split, int zero,
                        struct cols_panel *P)
 {
@@ -660,24 +722,16 @@ static void panel_q8_0(const struct kern_act *X, int n_seq, int V, int ng, int s
                 __m256i lo[8];
                 for (int i = 0; i < 8; i++) {
                     lo[i] = _mm256_and_si256(r[i], low4);
-                    /* x >> 4 as a signed nibble: ((x >> 4) & 15) ^ 8, less 8 */
-                    r[i] = _mm256_sub_epi8(
-                        _mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(r[i], 4), low4), eight),
-                        eight);
+                    /* (x >> 4) + 8 = ((x >> 4) & 15) ^ 8 */
+                    r[i] = _mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(r[i], 4), low4),
+                                            eight);
                 }
                 transpose8x8_epi32(lo, t);
                 for (int j = 0; j < 8; j++)
                     _mm256_store_si256(&P->x[8 * g + j][v], t[j]);
                 transpose8x8_epi32(r, t);
-                /* eight nibbles of -8..7 add in int8 */
-                __m256i a = t[0];
-                for (int j = 0; j < 8; j++) {
+                for (int j = 0; j < 8; j++)
                     _mm256_store_si256(&P->xh[8 * g + j][v], t[j]);
-                    a = j ? _mm256_add_epi8(a, t[j]) : a;
-                }
-                __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, a), ones16);
-                _mm256_store_si256(&P->ic[g][v],
-                                   _mm256_mullo_epi32(sum, _mm256_set1_epi32(-16 * 128)));
                 continue;
             }
 #endif
@@ -709,7 +763,7 @@ int COLS_FN(const struct kern_mat *W, const struct kern_act *X, int n_seq, float
 #ifdef __AVXVNNI__
     const int zero = t == GGML_TYPE_Q4_0 ? 8 : t == GGML_TYPE_Q5_0 ? 16 : 128;
 #else
-    /* Q8_0: q8x_rows (its own correction, from the split activations) */
+    /* Q8_0: q8x_rows (its own correction per row and block, q8x_pre) */
     const int zero = t == GGML_TYPE_Q4_0 ? 8 : t == GGML_TYPE_Q5_0 ? 16 : 0;
 #endif
     const int ng = W->cols / (kq ? QUANT_QK_K : QUANT_QK), V = n_seq > 8 ? 2 : 1;
@@ -735,8 +789,12 @@ int COLS_FN(const struct kern_mat *W, const struct kern_act *X, int n_seq, float
         if (row_end - r >= 8) {
             /* eight rows, then per vector of sequences one 8x8 transpose, so each sequence
              * takes its eight results in one store (not 8 * n_seq scalar ones) */
+#ifndef __AVXVNNI__
+            if (q8x)
+                q8x_pre((const char *)W->data + (size_t)r * rb, rb, 8, ng, &P);
+#endif
             for (int i = 0; i < 8; i += RV)
-                cols_any(t, V, RV, (const char *)W->data + (size_t)(r + i) * rb, rb, ng, &P,
+                cols_any(t, V, RV, i, (const char *)W->data + (size_t)(r + i) * rb, rb, ng, &P,
                          out + 16 * i);
             for (int v = 0; v < V; v++) {
                 __m256i o[8], y[8];
@@ -751,7 +809,11 @@ int COLS_FN(const struct kern_mat *W, const struct kern_act *X, int n_seq, float
             continue;
         }
         int R = row_end - r >= RV ? RV : 1;
-        cols_any(t, V, R, (const char *)W->data + (size_t)r * rb, rb, ng, &P, out);
+#ifndef __AVXVNNI__
+        if (q8x)
+            q8x_pre((const char *)W->data + (size_t)r * rb, rb, R, ng, &P);
+#endif
+        cols_any(t, V, R, 0, (const char *)W->data + (size_t)r * rb, rb, ng, &P, out);
         for (int i = 0; i < R; i++)
             for (int s = 0; s < n_seq; s++)
                 Y[(size_t)s * y_stride + r + i] = out[16 * i + s];
