@@ -253,12 +253,18 @@ static void bench_one(const char *path, int threads, double bw, double bwc,
     }
     for (int bi = 0; bi < n_batches; bi++) {
         int b = batches[bi] > 16 ? 16 : batches[bi], steps = bench_steps(b == 1 ? 8 : 4);
-        for (int s = 0; s < b; s++) {
+        int failed = 0;
+        for (int s = 0; s < b && !failed; s++) {
             slots[s] = s;
             fill_prompt(prompt, (uint32_t)dctx, nv, 10u + (uint32_t)s);
-            (void)model_prefill(m, s, prompt, (uint32_t)dctx, lg);
+            if (model_prefill(m, s, prompt, (uint32_t)dctx, lg) < 0) {
+                printf("  decode batch %2d: prefill of %d tokens: %s\n", b, dctx, m->error);
+                failed = 1;
+            }
             toks[s] = prompt[dctx - 1];
         }
+        if (failed)
+            break;
         (void)model_decode_batch(m, slots, toks, b, lg, res); /* warm */
         double dt = 1e30, dc = 0.0;
         for (int rep = 0; rep < 3; rep++) { /* best of 3: the machine may be shared */
@@ -269,6 +275,10 @@ static void bench_one(const char *path, int threads, double bw, double bwc,
                 dt = bench_now() - t0;
                 dc = cpu_now() - c0;
             }
+        }
+        if (res[0].status != 0) { /* the last step, at the longest context */
+            printf("  decode batch %2d: a step failed (past the model's context?)\n", b);
+            break;
         }
         printf("  decode batch %2d: %8.1f tok/s (%.1f ms/step, %.1f CPU ms/step)\n", b,
                b * steps / dt, dt / steps * 1e3, dc / steps * 1e3);
