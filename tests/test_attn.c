@@ -1,8 +1,8 @@
 /* attn_kern.h: the AVX2 and AVX-512 sets give the scalar twin's bits for scores, softmax and
  * value sums (so a kernel set's attention is what the scalar code says, lane by lane); a
  * lane's result does not depend on the other lanes, on masked rows around its range or on
- * how its keys are split into calls; the few-query forms that read F16 rows where they lie
- * (scores_f16, values_f16) give the lane-major forms' bits in every set, for 1 to ATTN_FEW
+ * how its keys are split into calls; the few-query forms (F16 rows read where they lie,
+ * query-major scores) give the lane-major forms' bits in every set, for 1 to ATTN_FEW
  * queries and any part of a block; the exp polynomial stays within 2e-7 of expf. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -175,21 +175,24 @@ static void test_attn_masked_rows_and_other_lanes_change_nothing(void **state)
     }
 }
 
-/* scores_f16 and values_f16 on F16 rows with a stride, against scores and values on the same
- * rows converted to floats: the same bits, every set, 1..ATTN_FEW queries, head sizes the
- * vector forms take and ones they hand to the scalar twin, whole and partial blocks. */
+/* The few-query forms on F16 rows with a stride and query-major scores, against scores,
+ * softmax and values on the same rows converted to floats, lane-major: the same bits, every
+ * set, 1..ATTN_FEW queries, head sizes the vector forms take and ones they hand to the
+ * scalar twin, whole and partial blocks; softmax_q over row lengths with and without a
+ * vector tail, rows masked at either end and entirely. */
 static void test_attn_few_query_forms_give_the_lane_major_bits(void **state)
 {
     const struct attn_kern *sets[3] = {&attn_kern_scalar};
     int n_sets = 1 + vector_sets(sets + 1);
     static const int hds[] = {64, 72, 80, 128, 8};
     static const int ranges[][2] = {{0, 16}, {3, 16}, {0, 1}, {5, 11}, {15, 16}, {0, 9}};
+    enum { NS = 40 }; /* a query-major row's stride */
     (void)state;
     for (size_t h = 0; h < sizeof(hds) / sizeof(hds[0]); h++) {
         int hd = hds[h], stride = hd + 24;
         static float Qt[HD_MAX * ATTN_LANES], kf[KV_BLOCK * HD_MAX], S[(KV_BLOCK + 3) * ATTN_LANES];
-        static float want[HD_MAX * ATTN_LANES], o[ATTN_FEW * HD_MAX];
-        static float s0[KV_BLOCK * ATTN_LANES], s1[KV_BLOCK * ATTN_LANES];
+        static float want[HD_MAX * ATTN_LANES], o[ATTN_FEW * HD_MAX], sq[ATTN_FEW * NS];
+        static float s0[KV_BLOCK * ATTN_LANES];
         static uint16_t raw[KV_BLOCK * (HD_MAX + 24)];
 
         fill(Qt, (size_t)hd * ATTN_LANES, 2.0f);
@@ -205,24 +208,29 @@ static void test_attn_few_query_forms_give_the_lane_major_bits(void **state)
                 for (size_t r = 0; r < sizeof(ranges) / sizeof(ranges[0]); r++) {
                     int u0 = ranges[r][0], u1 = ranges[r][1];
                     attn_kern_scalar.scores(s0, Qt, kf, u0, u1, hd, 1, 0.125f);
-                    memset(s1, 0, sizeof(s1));
-                    sets[s]->scores_f16(s1, Qt, raw, stride, u0, u1, hd, nq, 0.125f);
-                    for (int u = 0; u < u1 - u0; u++)
-                        for (int j = 0; j < ATTN_LANES; j++)
-                            if (j < nq)
-                                assert_memory_equal(&s0[u * ATTN_LANES + j],
-                                                    &s1[u * ATTN_LANES + j], sizeof(float));
+                    for (int i = 0; i < ATTN_FEW * NS; i++)
+                        sq[i] = 7.0f;
+                    sets[s]->scores_f16(sq + 2, NS, Qt, raw, stride, u0, u1, hd, nq, 0.125f);
+                    for (int j = 0; j < ATTN_FEW; j++)
+                        for (int t = 0; t < NS; t++) {
+                            int u = t - 2 + u0;
+                            if (j < nq && u >= u0 && u < u1)
+                                assert_memory_equal(&s0[(u - u0) * ATTN_LANES + j],
+                                                    &sq[j * NS + t], sizeof(float));
                             else
-                                assert_true(s1[u * ATTN_LANES + j] == 0.0f);
+                                assert_true(sq[j * NS + t] == 7.0f);
+                        }
                     /* values, accumulated over two calls onto outputs already nonzero */
                     fill(want, (size_t)hd * ATTN_LANES, 1.0f);
-                    for (int j = 0; j < nq; j++)
+                    for (int j = 0; j < nq; j++) {
                         for (int d = 0; d < hd; d++)
                             o[j * hd + d] = want[d * ATTN_LANES + j];
+                        for (int t = 0; t < KV_BLOCK + 3; t++)
+                            sq[j * NS + t] = S[t * ATTN_LANES + j];
+                    }
                     for (int k = 0; k < 2; k++) {
                         attn_kern_scalar.values(want, S + 3 * k * ATTN_LANES, kf, u0, u1, hd, 1);
-                        sets[s]->values_f16(o, S + 3 * k * ATTN_LANES, raw, stride, u0, u1, hd,
-                                            nq);
+                        sets[s]->values_f16(o, sq + 3 * k, NS, raw, stride, u0, u1, hd, nq);
                     }
                     for (int j = 0; j < nq; j++)
                         for (int d = 0; d < hd; d++)
@@ -230,6 +238,26 @@ static void test_attn_few_query_forms_give_the_lane_major_bits(void **state)
                                                 sizeof(float));
                 }
     }
+    /* softmax_q against softmax, rows of 1 to NS positions */
+    for (int s = 0; s < n_sets; s++)
+        for (int nq = 1; nq <= ATTN_FEW; nq++)
+            for (int n = 1; n <= NS; n += n < 18 ? 1 : 7) {
+                static float lm[NS * ATTN_LANES], qm[ATTN_FEW * NS];
+                fill(lm, (size_t)NS * ATTN_LANES, 8.0f);
+                for (int t = 0; t < n; t++)
+                    for (int j = 0; j < 8; j++) {
+                        if ((j == 1 && t < n / 2) || (j == 2 && t >= 3) || j == 5)
+                            lm[t * ATTN_LANES + j] = -INFINITY;
+                        if (j < nq)
+                            qm[j * NS + t] = lm[t * ATTN_LANES + j];
+                    }
+                attn_kern_scalar.softmax(lm, n, 1);
+                sets[s]->softmax_q(qm, NS, n, nq);
+                for (int j = 0; j < nq; j++)
+                    for (int t = 0; t < n; t++)
+                        assert_memory_equal(&lm[t * ATTN_LANES + j], &qm[j * NS + t],
+                                            sizeof(float));
+            }
 }
 
 static void test_attn_exp_is_within_2e7_of_expf(void **state)

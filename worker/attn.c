@@ -65,6 +65,43 @@ static void block_rows(const struct llama *L, const struct attn_kern *ak, float 
         memset(kf + (size_t)(e - bs) * hd, 0, (size_t)(bs + KV_BLOCK - e) * hd * sizeof(float));
 }
 
+/* A tile of nq <= ATTN_FEW queries over positions [lo, hi) (query j's own [lo_j, hi_j)), the
+ * keys and values read where they lie: the scores query-major in Sq (row j at j * (hi - lo)),
+ * the outputs in O (nq, hd), zeroed by the caller. */
+static void few_tile(const struct llama *L, float *Sq, const float *Qt, float *O,
+                     const uint32_t *tab, size_t head, int lo, int hi, int nq, const int *lo_j,
+                     const int *hi_j)
+{
+    const struct llama_config *c = &L->c;
+    const struct attn_kern *ak = L->attn_kern;
+    int ns = hi - lo, hd = c->head_dim;
+    float cap = c->softcap_attn;
+
+    for (int t = lo; t < hi;) {
+        int bs = t / KV_BLOCK * KV_BLOCK, e = bs + KV_BLOCK < hi ? bs + KV_BLOCK : hi;
+        ak->scores_f16(Sq + (t - lo), ns, Qt, block_at(L, L->kv_k, tab, bs, head), c->kv_dim,
+                       t - bs, e - bs, hd, nq, c->attn_scale);
+        t = e;
+    }
+    for (int j = 0; j < nq; j++) {
+        float *s = Sq + (size_t)j * ns;
+        if (cap > 0.0f)
+            for (int t = 0; t < ns; t++)
+                s[t] = cap * tanhf(s[t] / cap);
+        for (int t = lo; t < lo_j[j]; t++)
+            s[t - lo] = -INFINITY;
+        for (int t = hi_j[j]; t < hi; t++)
+            s[t - lo] = -INFINITY;
+    }
+    ak->softmax_q(Sq, ns, ns, nq);
+    for (int t = lo; t < hi;) {
+        int bs = t / KV_BLOCK * KV_BLOCK, e = bs + KV_BLOCK < hi ? bs + KV_BLOCK : hi;
+        ak->values_f16(O, Sq + (t - lo), ns, block_at(L, L->kv_v, tab, bs, head), c->kv_dim,
+                       t - bs, e - bs, hd, nq);
+        t = e;
+    }
+}
+
 /* Task: tile (task / groups), KV head and its query heads [h0, h0 + nh). */
 static void tile_task(void *ctx, int task, int thread)
 {
@@ -108,18 +145,18 @@ static void tile_task(void *ctx, int task, int thread)
             hi_j[j] = pos + 1;
         }
     }
+    if (few) {
+        few_tile(L, S, Qt, Ot, tab, head, lo, hi, nq, lo_j, hi_j);
+        for (int j = 0; j < nq; j++)
+            memcpy(o[j], Ot + (size_t)j * hd, (size_t)hd * sizeof(float));
+        return;
+    }
     /* Q.K^T over the tile's positions [lo, hi), a cache block at a time */
     for (int t = lo; t < hi;) {
         int bs = t / KV_BLOCK * KV_BLOCK, e = bs + KV_BLOCK < hi ? bs + KV_BLOCK : hi;
-        if (few) {
-            ak->scores_f16(S + (size_t)(t - lo) * ATTN_LANES, Qt,
-                           block_at(L, L->kv_k, tab, bs, head), c->kv_dim, t - bs, e - bs, hd,
-                           nq, c->attn_scale);
-        } else {
-            block_rows(L, ak, kf, L->kv_k, tab, bs, t, e, head);
-            ak->scores(S + (size_t)(t - lo) * ATTN_LANES, Qt, kf, t - bs, e - bs, hd, nv,
-                       c->attn_scale);
-        }
+        block_rows(L, ak, kf, L->kv_k, tab, bs, t, e, head);
+        ak->scores(S + (size_t)(t - lo) * ATTN_LANES, Qt, kf, t - bs, e - bs, hd, nv,
+                   c->attn_scale);
         t = e;
     }
     if (cap > 0.0f)
@@ -136,19 +173,13 @@ static void tile_task(void *ctx, int task, int thread)
     /* P.V */
     for (int t = lo; t < hi;) {
         int bs = t / KV_BLOCK * KV_BLOCK, e = bs + KV_BLOCK < hi ? bs + KV_BLOCK : hi;
-        if (few) {
-            ak->values_f16(Ot, S + (size_t)(t - lo) * ATTN_LANES,
-                           block_at(L, L->kv_v, tab, bs, head), c->kv_dim, t - bs, e - bs, hd,
-                           nq);
-        } else {
-            block_rows(L, ak, kf, L->kv_v, tab, bs, t, e, head);
-            ak->values(Ot, S + (size_t)(t - lo) * ATTN_LANES, kf, t - bs, e - bs, hd, nv);
-        }
+        block_rows(L, ak, kf, L->kv_v, tab, bs, t, e, head);
+        ak->values(Ot, S + (size_t)(t - lo) * ATTN_LANES, kf, t - bs, e - bs, hd, nv);
         t = e;
     }
     for (int j = 0; j < nq; j++)
         for (int d = 0; d < hd; d++)
-            o[j][d] = few ? Ot[j * hd + d] : Ot[d * ATTN_LANES + j];
+            o[j][d] = Ot[d * ATTN_LANES + j];
 }
 
 size_t llama_attn_scratch(const struct llama_config *c, uint32_t ctx)

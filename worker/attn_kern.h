@@ -18,11 +18,13 @@
  *
  * A decode step's tile holds few queries (a KV head's query heads: 3 for SmolLM, 8 for
  * TinyLlama), so most of the lanes above would idle while every key and value is converted
- * to floats for them. Tiles of at most ATTN_FEW queries take scores_f16 and values_f16
- * instead, which read the cache's F16 rows where they lie: scores_f16 puts 8 or 16 keys side
- * by side in the lanes (each lane sums its own key over d, in order, so the F16 rows are
- * transposed on the way in), values_f16 the elements d of one query's output. Each (query,
- * key) and (query, d) sum is still the same FMAs in the same order, so the same bits. */
+ * to floats for them. Tiles of at most ATTN_FEW queries take the few-query forms instead,
+ * which read the cache's F16 rows where they lie and keep the scores query-major:
+ * scores_f16 puts 8 or 16 keys side by side in the lanes (each lane sums its own key over d,
+ * in order, so the F16 rows are transposed on the way in), softmax_q a query's positions
+ * (its sum of weights added one after another over the positions, as above), values_f16 the
+ * elements d of one query's output. Each sum is still the same operations in the same order,
+ * so the same bits. */
 #ifndef ATTN_KERN_H
 #define ATTN_KERN_H
 
@@ -44,16 +46,18 @@ struct attn_kern {
     /* Ot[d * ATTN_LANES + j] += sum over u in [u0, u1), in order, of
      * S[(u - u0) * ATTN_LANES + j] * vf[u * hd + d]. */
     void (*values)(float *Ot, const float *S, const float *vf, int u0, int u1, int hd, int nv);
-    /* scores for the first nq <= ATTN_FEW lanes, the keys read as F16 where they lie: key u at
-     * k[u * stride], only u in [u0, u1) read (u1 <= KV_BLOCK). The rows' other lanes are
-     * left as they are. */
-    void (*scores_f16)(float *S, const float *Qt, const uint16_t *k, int stride, int u0, int u1,
-                       int hd, int nq, float scale);
-    /* O[j * hd + d] += sum over u in [u0, u1), in order, of S[(u - u0) * ATTN_LANES + j] *
-     * v_u[d] (v_u at v[u * stride], F16), for j < nq <= ATTN_FEW: values's sums for
-     * query-major outputs. */
-    void (*values_f16)(float *O, const float *S, const uint16_t *v, int stride, int u0, int u1,
-                       int hd, int nq);
+    /* The few-query forms, for tiles of nq <= ATTN_FEW queries, on query-major scores: query
+     * j's score, then weight, of the tile's position t at Sq[j * ns + t].
+     * scores_f16: Sq[j * ns + u - u0] = scale * (q_j . k_u) for u in [u0, u1) (u1 <= KV_BLOCK),
+     * the keys read as F16 where they lie (key u at k[u * stride]; only [u0, u1) read). */
+    void (*scores_f16)(float *Sq, int ns, const float *Qt, const uint16_t *k, int stride, int u0,
+                       int u1, int hd, int nq, float scale);
+    /* softmax for each row j < nq of Sq over [0, n). */
+    void (*softmax_q)(float *Sq, int ns, int n, int nq);
+    /* O[j * hd + d] += sum over u in [u0, u1), in order, of Sq[j * ns + u - u0] * v_u[d] (v_u at
+     * v[u * stride], F16), for j < nq. */
+    void (*values_f16)(float *O, const float *Sq, int ns, const uint16_t *v, int stride, int u0,
+                       int u1, int hd, int nq);
     /* dst[r * hd + d] = src[r * stride + d] (F16 to float), rows [0, n). */
     void (*rows_f32)(float *dst, const uint16_t *src, int stride, int n, int hd);
     /* x[i] = f32(f16(x[i])), round to nearest even. */

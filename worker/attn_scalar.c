@@ -71,8 +71,8 @@ static int row_chunk(float *buf, const uint16_t *row, int d0, int hd)
     return n;
 }
 
-static void scores_f16(float *S, const float *Qt, const uint16_t *k, int stride, int u0, int u1,
-                       int hd, int nq, float scale)
+static void scores_f16(float *Sq, int ns, const float *Qt, const uint16_t *k, int stride, int u0,
+                       int u1, int hd, int nq, float scale)
 {
     float buf[64], acc[ATTN_FEW];
     for (int u = u0; u < u1; u++) {
@@ -85,12 +85,30 @@ static void scores_f16(float *S, const float *Qt, const uint16_t *k, int stride,
                     acc[j] = fmaf(Qt[(d0 + d) * ATTN_LANES + j], buf[d], acc[j]);
         }
         for (int j = 0; j < nq; j++)
-            S[(u - u0) * ATTN_LANES + j] = acc[j] * scale;
+            Sq[j * ns + u - u0] = acc[j] * scale;
     }
 }
 
-static void values_f16(float *O, const float *S, const uint16_t *v, int stride, int u0, int u1,
-                       int hd, int nq)
+static void softmax_q(float *Sq, int ns, int n, int nq)
+{
+    for (int j = 0; j < nq; j++) {
+        float *s = Sq + j * ns, m = -INFINITY, sum = 0.0f, inv;
+        for (int t = 0; t < n; t++)
+            m = m > s[t] ? m : s[t];
+        if (m == -INFINITY)
+            m = 0.0f;
+        for (int t = 0; t < n; t++) {
+            s[t] = attn_exp(s[t] - m);
+            sum += s[t];
+        }
+        inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        for (int t = 0; t < n; t++)
+            s[t] = round16(s[t] * inv);
+    }
+}
+
+static void values_f16(float *O, const float *Sq, int ns, const uint16_t *v, int stride, int u0,
+                       int u1, int hd, int nq)
 {
     float buf[64];
     for (int u = u0; u < u1; u++)
@@ -98,8 +116,7 @@ static void values_f16(float *O, const float *S, const uint16_t *v, int stride, 
             int n = row_chunk(buf, v + (size_t)u * stride, d0, hd);
             for (int j = 0; j < nq; j++)
                 for (int d = 0; d < n; d++)
-                    O[j * hd + d0 + d] =
-                        fmaf(S[(u - u0) * ATTN_LANES + j], buf[d], O[j * hd + d0 + d]);
+                    O[j * hd + d0 + d] = fmaf(Sq[j * ns + u - u0], buf[d], O[j * hd + d0 + d]);
         }
 }
 
@@ -122,6 +139,7 @@ const struct attn_kern attn_kern_scalar = {
     .softmax = softmax,
     .values = values,
     .scores_f16 = scores_f16,
+    .softmax_q = softmax_q,
     .values_f16 = values_f16,
     .rows_f32 = rows_f32,
     .round16 = round16_n,

@@ -163,11 +163,10 @@ AVX2I void tr8_avx2(__m256 r[8])
 
 /* scores_f16 for keys [kb, kb + 8) of the block (those outside [u0, u1) read as 0), NQ
  * queries: lane u of acc[j] sums q_j[d] * k_u[d] over d in order. */
-AVX2I void scf_avx2(float *S, const float *Qt, const uint16_t *k, int stride, int kb, int u0,
-                    int u1, int hd, float scale, const int NQ)
+AVX2I void scf_avx2(float *Sq, int ns, const float *Qt, const uint16_t *k, int stride, int kb,
+                    int u0, int u1, int hd, float scale, const int NQ)
 {
     __m256 acc[ATTN_FEW], r[8];
-    float out[ATTN_FEW][8];
 #pragma GCC unroll 8
     for (int j = 0; j < NQ; j++)
         acc[j] = _mm256_setzero_ps();
@@ -186,20 +185,26 @@ AVX2I void scf_avx2(float *S, const float *Qt, const uint16_t *k, int stride, in
                 acc[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(Qt + (d0 + i) * ATTN_LANES + j), r[i],
                                          acc[j]);
     }
-#pragma GCC unroll 8
-    for (int j = 0; j < NQ; j++)
-        _mm256_storeu_ps(out[j], _mm256_mul_ps(acc[j], _mm256_set1_ps(scale)));
-    for (int u = kb > u0 ? kb : u0; u < kb + 8 && u < u1; u++)
+    if (kb >= u0 && kb + 8 <= u1) {
 #pragma GCC unroll 8
         for (int j = 0; j < NQ; j++)
-            S[(u - u0) * ATTN_LANES + j] = out[j][u - kb];
+            _mm256_storeu_ps(Sq + j * ns + kb - u0, _mm256_mul_ps(acc[j], _mm256_set1_ps(scale)));
+        return;
+    }
+    float out[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; j++) {
+        _mm256_storeu_ps(out, _mm256_mul_ps(acc[j], _mm256_set1_ps(scale)));
+        for (int u = kb > u0 ? kb : u0; u < kb + 8 && u < u1; u++)
+            Sq[j * ns + u - u0] = out[u - kb];
+    }
 }
 
-static AVX2 void scores_f16_avx2(float *S, const float *Qt, const uint16_t *k, int stride,
-                                 int u0, int u1, int hd, int nq, float scale)
+static AVX2 void scores_f16_avx2(float *Sq, int ns, const float *Qt, const uint16_t *k,
+                                 int stride, int u0, int u1, int hd, int nq, float scale)
 {
     if (hd % 8 || nq < 1 || nq > ATTN_FEW) {
-        attn_kern_scalar.scores_f16(S, Qt, k, stride, u0, u1, hd, nq, scale);
+        attn_kern_scalar.scores_f16(Sq, ns, Qt, k, stride, u0, u1, hd, nq, scale);
         return;
     }
     for (int kb = 0; kb < KV_BLOCK; kb += 8) {
@@ -208,7 +213,7 @@ static AVX2 void scores_f16_avx2(float *S, const float *Qt, const uint16_t *k, i
         switch (nq) {
 #define SCF(n)                                                                                 \
     case n:                                                                                    \
-        scf_avx2(S, Qt, k, stride, kb, u0, u1, hd, scale, n);                                 \
+        scf_avx2(Sq, ns, Qt, k, stride, kb, u0, u1, hd, scale, n);                            \
         break;
             SCF(1) SCF(2) SCF(3) SCF(4) SCF(5) SCF(6) SCF(7) SCF(8)
 #undef SCF
@@ -216,9 +221,78 @@ static AVX2 void scores_f16_avx2(float *S, const float *Qt, const uint16_t *k, i
     }
 }
 
+/* sum[j] = the sum over t in [0, n), one add after another, of Sq[j * ns + t], for j < NQ:
+ * the rows' chains side by side, one scalar add each (written with intrinsics, so that the
+ * compiler does not gather the chains into vectors through shuffles). */
+AVX2I void sums_n(float *sum, const float *Sq, int ns, int n, const int NQ)
+{
+    __m128 s[ATTN_FEW];
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; j++)
+        s[j] = _mm_setzero_ps();
+    for (int t = 0; t < n; t++)
+#pragma GCC unroll 8
+        for (int j = 0; j < NQ; j++)
+            s[j] = _mm_add_ss(s[j], _mm_load_ss(Sq + j * ns + t));
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; j++)
+        sum[j] = _mm_cvtss_f32(s[j]);
+}
+
+static AVX2 void sums_q(float *sum, const float *Sq, int ns, int n, int nq)
+{
+    switch (nq) {
+#define SUMS(k)                                                                                \
+    case k:                                                                                    \
+        sums_n(sum, Sq, ns, n, k);                                                             \
+        break;
+        SUMS(1) SUMS(2) SUMS(3) SUMS(4) SUMS(5) SUMS(6) SUMS(7) SUMS(8)
+#undef SUMS
+    }
+}
+
+static AVX2 void softmax_q_avx2(float *Sq, int ns, int n, int nq)
+{
+    float sum[ATTN_FEW];
+    int n8 = n / 8 * 8;
+    if (nq < 1 || nq > ATTN_FEW) {
+        attn_kern_scalar.softmax_q(Sq, ns, n, nq);
+        return;
+    }
+    for (int j = 0; j < nq; j++) {
+        float *s = Sq + j * ns, m;
+        __m256 vm = _mm256_set1_ps(-INFINITY);
+        for (int t = 0; t < n8; t += 8)
+            vm = _mm256_max_ps(vm, _mm256_loadu_ps(s + t));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(vm), _mm256_extractf128_ps(vm, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        m = _mm_cvtss_f32(h);
+        for (int t = n8; t < n; t++)
+            m = m > s[t] ? m : s[t];
+        if (m == -INFINITY)
+            m = 0.0f;
+        vm = _mm256_set1_ps(m);
+        for (int t = 0; t < n8; t += 8)
+            _mm256_storeu_ps(s + t, vexp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm)));
+        for (int t = n8; t < n; t++)
+            s[t] = attn_exp(s[t] - m);
+    }
+    sums_q(sum, Sq, ns, n, nq);
+    for (int j = 0; j < nq; j++) {
+        float *s = Sq + j * ns, inv = sum[j] > 0.0f ? 1.0f / sum[j] : 0.0f;
+        __m256 vi = _mm256_set1_ps(inv);
+        for (int t = 0; t < n8; t += 8)
+            _mm256_storeu_ps(s + t, _mm256_cvtph_ps(_mm256_cvtps_ph(
+                                        _mm256_mul_ps(_mm256_loadu_ps(s + t), vi), RNE)));
+        for (int t = n8; t < n; t++)
+            s[t] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(s[t] * inv), RNE)));
+    }
+}
+
 /* values_f16's elements [d0, d0 + 8 * DV) of NQ queries' outputs. */
-AVX2I void vaf_avx2(float *O, const float *S, const uint16_t *v, int stride, int u0, int u1,
-                    int hd, int d0, const int NQ, const int DV)
+AVX2I void vaf_avx2(float *O, const float *Sq, int ns, const uint16_t *v, int stride, int u0,
+                    int u1, int hd, int d0, const int NQ, const int DV)
 {
     __m256 acc[ATTN_FEW][4];
 #pragma GCC unroll 8
@@ -234,7 +308,7 @@ AVX2I void vaf_avx2(float *O, const float *S, const uint16_t *v, int stride, int
                 _mm_loadu_si128((const __m128i *)(v + (size_t)u * stride + d0 + 8 * c)));
 #pragma GCC unroll 8
         for (int j = 0; j < NQ; j++) {
-            __m256 p = _mm256_broadcast_ss(S + (u - u0) * ATTN_LANES + j);
+            __m256 p = _mm256_broadcast_ss(Sq + j * ns + u - u0);
 #pragma GCC unroll 4
             for (int c = 0; c < DV; c++)
                 acc[j][c] = _mm256_fmadd_ps(p, x[c], acc[j][c]);
@@ -248,28 +322,28 @@ AVX2I void vaf_avx2(float *O, const float *S, const uint16_t *v, int stride, int
 }
 
 /* All of hd, in chunks of 8 * DV elements (at most 12 accumulators), then of 8. */
-AVX2I void vaf_avx2_n(float *O, const float *S, const uint16_t *v, int stride, int u0, int u1,
-                      int hd, const int NQ)
+AVX2I void vaf_avx2_n(float *O, const float *Sq, int ns, const uint16_t *v, int stride, int u0,
+                      int u1, int hd, const int NQ)
 {
     const int DV = NQ <= 3 ? 4 : NQ <= 6 ? 2 : 1;
     int d = 0;
     for (; d + 8 * DV <= hd; d += 8 * DV)
-        vaf_avx2(O, S, v, stride, u0, u1, hd, d, NQ, DV);
+        vaf_avx2(O, Sq, ns, v, stride, u0, u1, hd, d, NQ, DV);
     for (; d < hd; d += 8)
-        vaf_avx2(O, S, v, stride, u0, u1, hd, d, NQ, 1);
+        vaf_avx2(O, Sq, ns, v, stride, u0, u1, hd, d, NQ, 1);
 }
 
-static AVX2 void values_f16_avx2(float *O, const float *S, const uint16_t *v, int stride, int u0,
-                                 int u1, int hd, int nq)
+static AVX2 void values_f16_avx2(float *O, const float *Sq, int ns, const uint16_t *v,
+                                 int stride, int u0, int u1, int hd, int nq)
 {
     if (hd % 8 || nq < 1 || nq > ATTN_FEW) {
-        attn_kern_scalar.values_f16(O, S, v, stride, u0, u1, hd, nq);
+        attn_kern_scalar.values_f16(O, Sq, ns, v, stride, u0, u1, hd, nq);
         return;
     }
     switch (nq) {
 #define VAF(n)                                                                                 \
     case n:                                                                                    \
-        vaf_avx2_n(O, S, v, stride, u0, u1, hd, n);                                           \
+        vaf_avx2_n(O, Sq, ns, v, stride, u0, u1, hd, n);                                      \
         break;
         VAF(1) VAF(2) VAF(3) VAF(4) VAF(5) VAF(6) VAF(7) VAF(8)
 #undef VAF
@@ -304,6 +378,7 @@ const struct attn_kern attn_kern_avx2 = {
     .softmax = softmax_avx2,
     .values = values_avx2,
     .scores_f16 = scores_f16_avx2,
+    .softmax_q = softmax_q_avx2,
     .values_f16 = values_f16_avx2,
     .rows_f32 = rows_f32_avx2,
     .round16 = round16_avx2,
@@ -416,11 +491,10 @@ AVX512I void tr16_avx512(__m512 r[16])
 
 /* scores_f16 for the block's 16 keys in the lanes (those outside [u0, u1) read as 0), NQ
  * queries. */
-AVX512I void scf_avx512(float *S, const float *Qt, const uint16_t *k, int stride, int u0, int u1,
-                        int hd, float scale, const int NQ)
+AVX512I void scf_avx512(float *Sq, int ns, const float *Qt, const uint16_t *k, int stride,
+                        int u0, int u1, int hd, float scale, const int NQ)
 {
     __m512 acc[ATTN_FEW], r[16];
-    float out[ATTN_FEW][16];
 #pragma GCC unroll 8
     for (int j = 0; j < NQ; j++)
         acc[j] = _mm512_setzero_ps();
@@ -439,35 +513,77 @@ AVX512I void scf_avx512(float *S, const float *Qt, const uint16_t *k, int stride
                 acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(Qt[(d0 + i) * ATTN_LANES + j]), r[i],
                                          acc[j]);
     }
-#pragma GCC unroll 8
-    for (int j = 0; j < NQ; j++)
-        _mm512_storeu_ps(out[j], _mm512_mul_ps(acc[j], _mm512_set1_ps(scale)));
-    for (int u = u0; u < u1; u++)
+    __m512 sc = _mm512_set1_ps(scale);
+    if (u0 == 0 && u1 == 16) {
 #pragma GCC unroll 8
         for (int j = 0; j < NQ; j++)
-            S[(u - u0) * ATTN_LANES + j] = out[j][u];
+            _mm512_storeu_ps(Sq + j * ns, _mm512_mul_ps(acc[j], sc));
+        return;
+    }
+    __mmask16 in = (__mmask16)(((1u << u1) - 1) & ~((1u << u0) - 1));
+    __mmask16 out = (__mmask16)((1u << (u1 - u0)) - 1);
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; j++)
+        _mm512_mask_storeu_ps(Sq + j * ns, out,
+                              _mm512_maskz_compress_ps(in, _mm512_mul_ps(acc[j], sc)));
 }
 
-static AVX512 void scores_f16_avx512(float *S, const float *Qt, const uint16_t *k, int stride,
-                                     int u0, int u1, int hd, int nq, float scale)
+static AVX512 void scores_f16_avx512(float *Sq, int ns, const float *Qt, const uint16_t *k,
+                                     int stride, int u0, int u1, int hd, int nq, float scale)
 {
     if (hd % 16 || nq < 1 || nq > ATTN_FEW) {
-        attn_kern_scalar.scores_f16(S, Qt, k, stride, u0, u1, hd, nq, scale);
+        attn_kern_scalar.scores_f16(Sq, ns, Qt, k, stride, u0, u1, hd, nq, scale);
         return;
     }
     switch (nq) {
 #define SCF(n)                                                                                 \
     case n:                                                                                    \
-        scf_avx512(S, Qt, k, stride, u0, u1, hd, scale, n);                                   \
+        scf_avx512(Sq, ns, Qt, k, stride, u0, u1, hd, scale, n);                              \
         break;
         SCF(1) SCF(2) SCF(3) SCF(4) SCF(5) SCF(6) SCF(7) SCF(8)
 #undef SCF
     }
 }
 
+static AVX512 void softmax_q_avx512(float *Sq, int ns, int n, int nq)
+{
+    float sum[ATTN_FEW];
+    if (nq < 1 || nq > ATTN_FEW) {
+        attn_kern_scalar.softmax_q(Sq, ns, n, nq);
+        return;
+    }
+    for (int j = 0; j < nq; j++) {
+        float *s = Sq + j * ns, m;
+        __m512 vm = _mm512_set1_ps(-INFINITY);
+        for (int t = 0; t < n; t += 16) {
+            __mmask16 k = n - t >= 16 ? 0xFFFF : (__mmask16)((1u << (n - t)) - 1);
+            vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, s + t));
+        }
+        m = _mm512_reduce_max_ps(vm);
+        if (m == -INFINITY)
+            m = 0.0f;
+        vm = _mm512_set1_ps(m);
+        for (int t = 0; t < n; t += 16) {
+            __mmask16 k = n - t >= 16 ? 0xFFFF : (__mmask16)((1u << (n - t)) - 1);
+            _mm512_mask_storeu_ps(s + t, k, vexp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + t),
+                                                                 vm)));
+        }
+    }
+    sums_q(sum, Sq, ns, n, nq);
+    for (int j = 0; j < nq; j++) {
+        float *s = Sq + j * ns;
+        __m512 vi = _mm512_set1_ps(sum[j] > 0.0f ? 1.0f / sum[j] : 0.0f);
+        for (int t = 0; t < n; t += 16) {
+            __mmask16 k = n - t >= 16 ? 0xFFFF : (__mmask16)((1u << (n - t)) - 1);
+            __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + t), vi);
+            _mm512_mask_storeu_ps(s + t, k, _mm512_cvtph_ps(_mm512_cvtps_ph(p, RNE)));
+        }
+    }
+}
+
 /* values_f16's elements [d0, d0 + 16 * DV) of NQ queries' outputs. */
-AVX512I void vaf_avx512(float *O, const float *S, const uint16_t *v, int stride, int u0, int u1,
-                        int hd, int d0, const int NQ, const int DV)
+AVX512I void vaf_avx512(float *O, const float *Sq, int ns, const uint16_t *v, int stride,
+                        int u0, int u1, int hd, int d0, const int NQ, const int DV)
 {
     __m512 acc[ATTN_FEW][4];
 #pragma GCC unroll 8
@@ -483,7 +599,7 @@ AVX512I void vaf_avx512(float *O, const float *S, const uint16_t *v, int stride,
                 _mm256_loadu_si256((const __m256i *)(v + (size_t)u * stride + d0 + 16 * c)));
 #pragma GCC unroll 8
         for (int j = 0; j < NQ; j++) {
-            __m512 p = _mm512_set1_ps(S[(u - u0) * ATTN_LANES + j]);
+            __m512 p = _mm512_set1_ps(Sq[j * ns + u - u0]);
 #pragma GCC unroll 4
             for (int c = 0; c < DV; c++)
                 acc[j][c] = _mm512_fmadd_ps(p, x[c], acc[j][c]);
@@ -497,28 +613,28 @@ AVX512I void vaf_avx512(float *O, const float *S, const uint16_t *v, int stride,
 }
 
 /* All of hd, in chunks of 16 * DV elements (at most 24 accumulators), then of 16. */
-AVX512I void vaf_avx512_n(float *O, const float *S, const uint16_t *v, int stride, int u0,
-                          int u1, int hd, const int NQ)
+AVX512I void vaf_avx512_n(float *O, const float *Sq, int ns, const uint16_t *v, int stride,
+                          int u0, int u1, int hd, const int NQ)
 {
     const int DV = NQ <= 6 ? 4 : 2;
     int d = 0;
     for (; d + 16 * DV <= hd; d += 16 * DV)
-        vaf_avx512(O, S, v, stride, u0, u1, hd, d, NQ, DV);
+        vaf_avx512(O, Sq, ns, v, stride, u0, u1, hd, d, NQ, DV);
     for (; d < hd; d += 16)
-        vaf_avx512(O, S, v, stride, u0, u1, hd, d, NQ, 1);
+        vaf_avx512(O, Sq, ns, v, stride, u0, u1, hd, d, NQ, 1);
 }
 
-static AVX512 void values_f16_avx512(float *O, const float *S, const uint16_t *v, int stride,
-                                     int u0, int u1, int hd, int nq)
+static AVX512 void values_f16_avx512(float *O, const float *Sq, int ns, const uint16_t *v,
+                                     int stride, int u0, int u1, int hd, int nq)
 {
     if (hd % 16 || nq < 1 || nq > ATTN_FEW) {
-        attn_kern_scalar.values_f16(O, S, v, stride, u0, u1, hd, nq);
+        attn_kern_scalar.values_f16(O, Sq, ns, v, stride, u0, u1, hd, nq);
         return;
     }
     switch (nq) {
 #define VAF(n)                                                                                 \
     case n:                                                                                    \
-        vaf_avx512_n(O, S, v, stride, u0, u1, hd, n);                                         \
+        vaf_avx512_n(O, Sq, ns, v, stride, u0, u1, hd, n);                                    \
         break;
         VAF(1) VAF(2) VAF(3) VAF(4) VAF(5) VAF(6) VAF(7) VAF(8)
 #undef VAF
@@ -531,6 +647,7 @@ const struct attn_kern attn_kern_avx512 = {
     .softmax = softmax_avx512,
     .values = values_avx512,
     .scores_f16 = scores_f16_avx512,
+    .softmax_q = softmax_q_avx512,
     .values_f16 = values_f16_avx512,
     .rows_f32 = rows_f32_avx2,
     .round16 = round16_avx2,
