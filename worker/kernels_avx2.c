@@ -409,9 +409,10 @@ static AI void matmul_b32(const struct kern_mat *W, const struct kern_act *X, in
                             s + k < ns ? f16(((const struct quant_block_q8_0 *)(
                                               x0 + (size_t)(s + k) * X->stride))[i].d)
                                        : 0.0f;
-            /* four sequences a tile; the rest eight rows a tile, then four, then one by one */
+            /* four sequences a tile; the rest eight rows a tile, then four, then one by one
+             * (no whole tile: no pass over the rows, a batch-1 call would walk them idle) */
             int s4 = ns / 4 * 4;
-            for (int r = rb; r < re; r++) {
+            for (int r = rb; s4 > 0 && r < re; r++) {
                 const char *w = (const char *)W->data + (size_t)r * W->row_bytes;
                 float *y = Y + (size_t)s0 * y_stride + r;
                 for (int s = 0; s < s4; s += 4)
