@@ -74,15 +74,21 @@ static const char *gen(struct fix *f, enum ggml_type type, const char *arch, int
     return f->path;
 }
 
-static struct model *load(const char *path, uint32_t max_seq, const struct kern_ops *k)
+static struct model *load_threads(const char *path, uint32_t max_seq, const struct kern_ops *k,
+                                  int threads)
 {
-    struct model_llama_opts o = {.max_sequences = max_seq, .threads = 2, .kernels = k,
+    struct model_llama_opts o = {.max_sequences = max_seq, .threads = threads, .kernels = k,
                                  .quiet = 1};
     char err[256];
     struct model *m = model_llama_create(path, &o, err, sizeof(err));
     if (!m)
         fail_msg("model_llama_create(%s): %s", path, err);
     return m;
+}
+
+static struct model *load(const char *path, uint32_t max_seq, const struct kern_ops *k)
+{
+    return load_threads(path, max_seq, k, 2);
 }
 
 static uint32_t argmax(const float *l, uint32_t n)
@@ -290,6 +296,43 @@ static void test_model_llama_batching_changes_nothing(void **state)
     check_batching(f->stories);
     check_batching(gen(f, GGML_TYPE_Q4_K, NULL, 0));
     check_batching(gen(f, GGML_TYPE_Q8_0, "qwen2", 0));
+}
+
+/* One thread (each matrix one task) gives the bits of two (each matrix split in tasks), on
+ * the default set and on avx2 where the CPU has it: prefills and decode steps alone and
+ * beside others. */
+static void check_threads(const char *path, const struct kern_ops *k)
+{
+    struct model *m1 = load_threads(path, 8, k, 1), *m2 = load_threads(path, 8, k, 2);
+    uint32_t nv = m1->n_vocab, ids1[STEPS], ids2[STEPS];
+    float *a = malloc((size_t)(STEPS + 1) * nv * sizeof(float));
+    float *b = malloc((size_t)(STEPS + 1) * nv * sizeof(float));
+
+    for (int batch = 1; batch <= 3; batch += 2) {
+        run_batch(m1, batch, batch - 1, a, ids1);
+        run_batch(m2, batch, batch - 1, b, ids2);
+        if (memcmp(a, b, (size_t)(STEPS + 1) * nv * sizeof(float)) != 0)
+            fail_msg("%s: %s, batch of %d: one thread's logits differ from two threads'", path,
+                     k ? k->name : "default", batch);
+        assert_memory_equal(ids1, ids2, sizeof(ids1));
+    }
+    free(a);
+    free(b);
+    model_destroy(m1);
+    model_destroy(m2);
+}
+
+static void test_model_llama_one_thread_gives_the_bits_of_two(void **state)
+{
+    struct fix *f = *state;
+    static const enum ggml_type types[] = {GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K};
+    const struct kern_ops *avx2 = kern_ops_get(KERN_SET_AVX2);
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        const char *path = gen(f, types[i], NULL, 0);
+        check_threads(path, NULL);
+        if (avx2)
+            check_threads(path, avx2);
+    }
 }
 
 /* A 300-token prompt (three prefill chunks) gives the logits of feeding it token by token. */
@@ -555,6 +598,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_model_llama_fast_matches_scalar_every_type, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_model_llama_batching_changes_nothing, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_model_llama_one_thread_gives_the_bits_of_two, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_model_llama_prefill_chunks_match_stepwise, setup,
                                         teardown),

@@ -96,9 +96,10 @@ static void mm_set(struct llama *L, int i, const struct kern_mat *W, const float
         j->X.data = (const char *)L->act[need == NEED_Q8_0 ? 0 : 1] + (size_t)r0 * j->X.stride;
     }
     /* rows split into about 4 tasks per thread, so a descheduled thread's share is taken up
-     * by the others; a multiple of 16 rows, so the kernels' 4-row tiles divide it and no two
-     * tasks write one cache line of a Y row */
-    int parts = L->n_threads * 4;
+     * by the others (one thread: one task, no other thread to take a share up, and each task
+     * is a kernel call that sets up its activation's scales again); a multiple of 16 rows, so
+     * the kernels' 4-row tiles divide it and no two tasks write one cache line of a Y row */
+    int parts = L->n_threads > 1 ? L->n_threads * 4 : 1;
     j->rows_per_task = ((W->rows + parts - 1) / parts + 15) & ~15;
     j->n_tasks = (W->rows + j->rows_per_task - 1) / j->rows_per_task;
 }
