@@ -42,7 +42,7 @@ static int vector_sets(const struct attn_kern **k)
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
         __builtin_cpu_supports("f16c"))
         k[n++] = &attn_kern_avx2;
-    if (__builtin_cpu_supports("avx512f"))
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
         k[n++] = &attn_kern_avx512;
 #else
     (void)k;

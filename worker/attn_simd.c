@@ -14,8 +14,9 @@ _Static_assert(KV_BLOCK == 16, "the tiles below cover a block of 16 keys");
 #define RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX2I __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
-#define AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
-#define AVX512I __attribute__((target("avx512f,avx2,fma,f16c"), always_inline)) static inline
+#define AVX512_TARGET "avx512f,avx512bw,avx2,fma,f16c" /* the avx512 kernel set has BW */
+#define AVX512 __attribute__((target(AVX512_TARGET)))
+#define AVX512I __attribute__((target(AVX512_TARGET), always_inline)) static inline
 
 /* ---- AVX2 ---------------------------------------------------------------------------- */
 
@@ -457,75 +458,88 @@ static AVX512 void values_avx512(float *Ot, const float *S, const float *vf, int
         va_avx512(Ot, S, vf, u0, u1, hd, d, 1);
 }
 
-/* Rows r[0..15] (16 floats each) transposed: r[i] holds element i of the sixteen rows. */
-AVX512I void tr16_avx512(__m512 r[16])
+/* Keys u and u + 8's F16 elements [d0, d0 + 16) (0 outside [u0, u1)), interleaved by 128
+ * bits: u's first 8, u + 8's first 8, u's last 8, u + 8's last 8. */
+AVX512I __m512i two_rows(const uint16_t *k, int stride, int u, int u0, int u1, int d0)
 {
-    __m512 t[16], u[16];
+    __m256i a = u >= u0 && u < u1
+                    ? _mm256_loadu_si256((const __m256i *)(k + (size_t)u * stride + d0))
+                    : _mm256_setzero_si256();
+    __m256i b = u + 8 >= u0 && u + 8 < u1
+                    ? _mm256_loadu_si256((const __m256i *)(k + (size_t)(u + 8) * stride + d0))
+                    : _mm256_setzero_si256();
+    return _mm512_permutex2var_epi64(_mm512_castsi256_si512(a),
+                                     _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0),
+                                     _mm512_castsi256_si512(b));
+}
+
+/* c[e] (e < 8): element d0 + e of keys 0-7 and of keys 8-15 (256 bits of F16 each), then
+ * element d0 + 8 + e of both; keys outside [u0, u1) read as 0. The rows are transposed as
+ * 16-bit elements, 8 by 8 within each 128 bits, two rows' halves a step. */
+AVX512I void tr_chunk(__m512i c[8], const uint16_t *k, int stride, int u0, int u1, int d0)
+{
+    __m512i z[8], a[8], b[8];
 #pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    /* u[4g + e]'s 128-bit lane L: element 4L + e of rows 4g .. 4g + 3 */
+    for (int i = 0; i < 8; i++)
+        z[i] = two_rows(k, stride, i, u0, u1, d0);
+    /* a[2m], a[2m + 1]: rows 2m, 2m + 1's elements 0-3 and 4-7, interleaved */
 #pragma GCC unroll 4
-    for (int g = 0; g < 4; g++) {
-        __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
-        __m512d c = _mm512_castps_pd(t[4 * g + 2]), e = _mm512_castps_pd(t[4 * g + 3]);
-        u[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e));
-        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));
+    for (int m = 0; m < 4; m++) {
+        a[2 * m] = _mm512_unpacklo_epi16(z[2 * m], z[2 * m + 1]);
+        a[2 * m + 1] = _mm512_unpackhi_epi16(z[2 * m], z[2 * m + 1]);
+    }
+    /* b[4g + p]: rows 4g .. 4g + 3's elements 2p, 2p + 1 */
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; g++) {
+        b[4 * g] = _mm512_unpacklo_epi32(a[4 * g], a[4 * g + 2]);
+        b[4 * g + 1] = _mm512_unpackhi_epi32(a[4 * g], a[4 * g + 2]);
+        b[4 * g + 2] = _mm512_unpacklo_epi32(a[4 * g + 1], a[4 * g + 3]);
+        b[4 * g + 3] = _mm512_unpackhi_epi32(a[4 * g + 1], a[4 * g + 3]);
     }
 #pragma GCC unroll 4
-    for (int e = 0; e < 4; e++) {
-        __m512 x = _mm512_shuffle_f32x4(u[e], u[4 + e], 0x88);
-        __m512 y = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0x88);
-        __m512 x1 = _mm512_shuffle_f32x4(u[e], u[4 + e], 0xDD);
-        __m512 y1 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0xDD);
-        r[e] = _mm512_shuffle_f32x4(x, y, 0x88);
-        r[8 + e] = _mm512_shuffle_f32x4(x, y, 0xDD);
-        r[4 + e] = _mm512_shuffle_f32x4(x1, y1, 0x88);
-        r[12 + e] = _mm512_shuffle_f32x4(x1, y1, 0xDD);
+    for (int p = 0; p < 4; p++) {
+        c[2 * p] = _mm512_unpacklo_epi64(b[p], b[4 + p]);
+        c[2 * p + 1] = _mm512_unpackhi_epi64(b[p], b[4 + p]);
     }
 }
 
-/* scores_f16 for the block's 16 keys in the lanes (those outside [u0, u1) read as 0), NQ
- * queries. */
+/* Lanes [u0, u1) of x to dst[0 .. u1 - u0). */
+AVX512I void store_keys(float *dst, __m512 x, int u0, int u1)
+{
+    if (u0 == 0 && u1 == 16) {
+        _mm512_storeu_ps(dst, x);
+        return;
+    }
+    __mmask16 in = (__mmask16)(((1u << u1) - 1) & ~((1u << u0) - 1));
+    _mm512_mask_storeu_ps(dst, (__mmask16)((1u << (u1 - u0)) - 1),
+                          _mm512_maskz_compress_ps(in, x));
+}
+
+/* scores_f16 for the block's 16 keys in the lanes, NQ queries. */
 AVX512I void scf_avx512(float *Sq, int ns, const float *Qt, const uint16_t *k, int stride,
                         int u0, int u1, int hd, float scale, const int NQ)
 {
-    __m512 acc[ATTN_FEW], r[16];
+    __m512 acc[ATTN_FEW];
 #pragma GCC unroll 8
     for (int j = 0; j < NQ; j++)
         acc[j] = _mm512_setzero_ps();
     for (int d0 = 0; d0 < hd; d0 += 16) {
+        __m512i c[8];
+        tr_chunk(c, k, stride, u0, u1, d0);
 #pragma GCC unroll 16
-        for (int u = 0; u < 16; u++)
-            r[u] = u >= u0 && u < u1
-                       ? _mm512_cvtph_ps(_mm256_loadu_si256(
-                             (const __m256i *)(k + (size_t)u * stride + d0)))
-                       : _mm512_setzero_ps();
-        tr16_avx512(r);
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; i++)
+        for (int i = 0; i < 16; i++) {
+            __m512 col = _mm512_cvtph_ps(i < 8 ? _mm512_castsi512_si256(c[i])
+                                               : _mm512_extracti64x4_epi64(c[i - 8], 1));
 #pragma GCC unroll 8
             for (int j = 0; j < NQ; j++)
-                acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(Qt[(d0 + i) * ATTN_LANES + j]), r[i],
+                acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(Qt[(d0 + i) * ATTN_LANES + j]), col,
                                          acc[j]);
+        }
     }
     __m512 sc = _mm512_set1_ps(scale);
-    if (u0 == 0 && u1 == 16) {
-#pragma GCC unroll 8
-        for (int j = 0; j < NQ; j++)
-            _mm512_storeu_ps(Sq + j * ns, _mm512_mul_ps(acc[j], sc));
-        return;
-    }
-    __mmask16 in = (__mmask16)(((1u << u1) - 1) & ~((1u << u0) - 1));
-    __mmask16 out = (__mmask16)((1u << (u1 - u0)) - 1);
 #pragma GCC unroll 8
     for (int j = 0; j < NQ; j++)
-        _mm512_mask_storeu_ps(Sq + j * ns, out,
-                              _mm512_maskz_compress_ps(in, _mm512_mul_ps(acc[j], sc)));
+        store_keys(Sq + j * ns, _mm512_mul_ps(acc[j], sc), u0, u1);
 }
 
 static AVX512 void scores_f16_avx512(float *Sq, int ns, const float *Qt, const uint16_t *k,
