@@ -171,7 +171,43 @@ AVX2I void scf_avx2(float *Sq, int ns, const float *Qt, const uint16_t *k, int s
 #pragma GCC unroll 8
     for (int j = 0; j < NQ; j++)
         acc[j] = _mm256_setzero_ps();
-    for (int d0 = 0; d0 < hd; d0 += 8) {
+    int d0 = 0;
+    for (; d0 + 16 <= hd; d0 += 16) { /* transposed as F16: two elements' rows a step */
+        __m256i z[8], a[8], b[8], c[8];
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; u++)
+            z[u] = kb + u >= u0 && kb + u < u1
+                       ? _mm256_loadu_si256((const __m256i *)(k + (size_t)(kb + u) * stride + d0))
+                       : _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; m++) {
+            a[2 * m] = _mm256_unpacklo_epi16(z[2 * m], z[2 * m + 1]);
+            a[2 * m + 1] = _mm256_unpackhi_epi16(z[2 * m], z[2 * m + 1]);
+        }
+#pragma GCC unroll 2
+        for (int g = 0; g < 2; g++) {
+            b[4 * g] = _mm256_unpacklo_epi32(a[4 * g], a[4 * g + 2]);
+            b[4 * g + 1] = _mm256_unpackhi_epi32(a[4 * g], a[4 * g + 2]);
+            b[4 * g + 2] = _mm256_unpacklo_epi32(a[4 * g + 1], a[4 * g + 3]);
+            b[4 * g + 3] = _mm256_unpackhi_epi32(a[4 * g + 1], a[4 * g + 3]);
+        }
+        /* c[e]: element d0 + e of the 8 keys, then element d0 + 8 + e */
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) {
+            c[2 * p] = _mm256_unpacklo_epi64(b[p], b[4 + p]);
+            c[2 * p + 1] = _mm256_unpackhi_epi64(b[p], b[4 + p]);
+        }
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            __m256 col = _mm256_cvtph_ps(i < 8 ? _mm256_castsi256_si128(c[i])
+                                               : _mm256_extracti128_si256(c[i - 8], 1));
+#pragma GCC unroll 8
+            for (int j = 0; j < NQ; j++)
+                acc[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(Qt + (d0 + i) * ATTN_LANES + j), col,
+                                         acc[j]);
+        }
+    }
+    for (; d0 < hd; d0 += 8) {
 #pragma GCC unroll 8
         for (int u = 0; u < 8; u++)
             r[u] = kb + u >= u0 && kb + u < u1
