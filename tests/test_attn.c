@@ -277,6 +277,20 @@ static void test_attn_exp_is_within_2e7_of_expf(void **state)
     assert_true(attn_exp(0.0f) == 1.0f);
 }
 
+/* Each kernel set's name picks the widest attention its CPU features allow: the amx set
+ * (which requires the avx512 set's features) the avx512 attention, not the 8-lane one. */
+static void test_attn_each_kernel_set_picks_its_widest_attention(void **state)
+{
+    (void)state;
+    assert_ptr_equal(attn_kern_for("scalar"), &attn_kern_scalar);
+#if defined(__x86_64__)
+    assert_ptr_equal(attn_kern_for("avx2"), &attn_kern_avx2);
+    assert_ptr_equal(attn_kern_for("avxvnni"), &attn_kern_avx2);
+    assert_ptr_equal(attn_kern_for("avx512"), &attn_kern_avx512);
+    assert_ptr_equal(attn_kern_for("amx"), &attn_kern_avx512);
+#endif
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -284,6 +298,7 @@ int main(void)
         cmocka_unit_test(test_attn_masked_rows_and_other_lanes_change_nothing),
         cmocka_unit_test(test_attn_few_query_forms_give_the_lane_major_bits),
         cmocka_unit_test(test_attn_exp_is_within_2e7_of_expf),
+        cmocka_unit_test(test_attn_each_kernel_set_picks_its_widest_attention),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

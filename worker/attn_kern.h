@@ -69,7 +69,8 @@ extern const struct attn_kern attn_kern_scalar;
 extern const struct attn_kern attn_kern_avx2, attn_kern_avx512;
 #endif
 
-/* The set for a kernel set's name ("scalar", "avx2", "avxvnni", "avx512"). */
+/* The set for a kernel set's name ("scalar", "avx2", "avxvnni", "avx512", "amx"): the amx
+ * kernel set requires the avx512 set's CPU features, so it takes the avx512 attention. */
 const struct attn_kern *attn_kern_for(const char *kernels);
 
 /* exp(x) for x <= 0 (0 below -87), the polynomial every set evaluates in the same order. */

@@ -148,7 +148,7 @@ const struct attn_kern attn_kern_scalar = {
 const struct attn_kern *attn_kern_for(const char *kernels)
 {
 #if defined(__x86_64__)
-    if (strcmp(kernels, "avx512") == 0)
+    if (strcmp(kernels, "avx512") == 0 || strcmp(kernels, "amx") == 0)
         return &attn_kern_avx512;
     if (strcmp(kernels, "scalar") != 0)
         return &attn_kern_avx2;
