@@ -10,9 +10,10 @@
 // first given the 16-token prompt bench_model gives kiln's slot, then STEPS_B steps (best of
 // three) in which every sequence evaluates one token at once; node-llama-cpp's batching
 // gathers the B pending evaluations into one llama_decode of B tokens, so this is
-// llama.cpp's own batched decode of B sequences. With CTX above 16 (bench_model's
-// KILN_BENCH_CTX), every decoding sequence, batch 1's too, first holds the CTX tokens
-// bench_model gives kiln's (batch 1's then in a context of its own, not after the prompt).
+// llama.cpp's own batched decode of B sequences. Every decoding sequence, batch 1's too,
+// first holds the CTX tokens (default 16; bench_model's KILN_BENCH_CTX) bench_model gives
+// kiln's: batch 1 decodes in a context of its own, not after the prompt, so both sides'
+// attention covers the same positions.
 // node-llama-cpp is found in the
 // node_modules beside this script, or in the directory env KILN_LLAMA_MODULES names.
 // The package's prebuilt llama.cpp ships one ggml CPU backend per x86 level
@@ -118,11 +119,11 @@ let t0 = performance.now(), c0 = cpuMs();
 let r = await seq.controlledEvaluate(ids.map((t, i) => (i === ids.length - 1 ? [t, next] : t)));
 const promptTps = plen / ((performance.now() - t0) / 1000), promptCpu = cpuMs() - c0;
 let tok = r[ids.length - 1].next.token;
-let dseq = seq, dctxObj = null;
-if (dctx > 16) { // decode from the CTX tokens bench_model gives kiln's slot 0
-    dctxObj = await model.createContext({contextSize: dctx + 2 + 3 * steps, batchSize: 512,
-                                         sequences: 1, threads, flashAttention: false});
-    dseq = dctxObj.getSequence();
+// decode from the CTX tokens bench_model gives kiln's slot 0, in a context of its own
+const dctxObj = await model.createContext({contextSize: dctx + 2 + 3 * steps, batchSize: 512,
+                                           sequences: 1, threads, flashAttention: false});
+const dseq = dctxObj.getSequence();
+{
     const p = fill(dctx, 10);
     r = await dseq.controlledEvaluate(p.map((t, i) => (i === dctx - 1 ? [t, next] : t)));
     tok = r[dctx - 1].next.token;
@@ -145,8 +146,7 @@ for (let rep = 0; rep < 3; rep++) {
 console.log(`llama.cpp prompt ${promptTps.toFixed(1)} tok/s decode ${(steps / (best / 1000)).toFixed(1)} ` +
             `tok/s cpu ${promptCpu.toFixed(1)} ms ${(bestCpu / steps).toFixed(2)} ms/step`);
 await ctx.dispose();
-if (dctxObj)
-    await dctxObj.dispose();
+await dctxObj.dispose();
 
 for (const b of batches) {
     // contextSize is per sequence; the prompt, a warm step and 3 * stepsB steps fit
