@@ -14,7 +14,10 @@
  *
  * A tile of at most ATTN_FEW queries (a decode step's) reads the keys and values as F16 where
  * they lie in the cache (scores_f16, values_f16: the same sums, so the same bits) instead of
- * converting each block for lanes that would mostly idle, and its output is query-major. */
+ * converting each block for lanes that would mostly idle, and its output is query-major.
+ * Such a tile asks for its cache blocks a few blocks ahead of its reads (prefetch_block): the
+ * blocks lie scattered by the page table, and a step's weights have evicted them, so the
+ * kernels would otherwise wait on memory at every block. */
 #include <math.h>
 #include <string.h>
 
@@ -65,6 +68,41 @@ static void block_rows(const struct llama *L, const struct attn_kern *ak, float 
         memset(kf + (size_t)(e - bs) * hd, 0, (size_t)(bs + KV_BLOCK - e) * hd * sizeof(float));
 }
 
+/* Cache blocks a few-query tile asks for ahead of its reads. */
+#define FEW_AHEAD 4
+
+/* Ask the cache for the line at p (a hint: no fault, no effect on results). Written as asm on
+ * x86, where GCC dropped __builtin_prefetch from these loops as dead code. */
+static inline void prefetch_line(const char *p)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ volatile("prefetcht0 %0" : : "m"(*p));
+#else
+    __builtin_prefetch(p, 0, 3);
+#endif
+}
+
+/* Ask for this layer's K or V block starting at position bs, whole: KV_BLOCK rows of every KV
+ * head, contiguous, so that the tiles of the layer's other KV heads find it too. */
+static void prefetch_block(const struct llama *L, const uint16_t *base, const uint32_t *tab,
+                           int bs)
+{
+    uintptr_t a = (uintptr_t)block_at(L, base, tab, bs, 0);
+    uintptr_t e = a + (size_t)KV_BLOCK * L->c.kv_dim * sizeof(uint16_t);
+    for (a -= a % 64; a < e; a += 64)
+        prefetch_line((const char *)a);
+}
+
+/* The i-th block a few-query tile reads, of the nb blocks from position blo: the keys' blocks
+ * first, then the values'. Past the last, nothing. */
+static void prefetch_nth(const struct llama *L, const uint32_t *tab, int blo, int nb, int i)
+{
+    if (i < nb)
+        prefetch_block(L, L->kv_k, tab, blo + i * KV_BLOCK);
+    else if (i < 2 * nb)
+        prefetch_block(L, L->kv_v, tab, blo + (i - nb) * KV_BLOCK);
+}
+
 /* A tile of nq <= ATTN_FEW queries over positions [lo, hi) (query j's own [lo_j, hi_j)), the
  * keys and values read where they lie: the scores query-major in Sq (row j at j * (hi - lo)),
  * the outputs in O (nq, hd), zeroed by the caller. */
@@ -76,9 +114,13 @@ static void few_tile(const struct llama *L, float *Sq, const float *Qt, float *O
     const struct attn_kern *ak = L->attn_kern;
     int ns = hi - lo, hd = c->head_dim;
     float cap = c->softcap_attn;
+    int blo = lo / KV_BLOCK * KV_BLOCK, nb = (hi - 1) / KV_BLOCK - lo / KV_BLOCK + 1;
 
+    for (int i = 0; i < FEW_AHEAD; i++)
+        prefetch_nth(L, tab, blo, nb, i);
     for (int t = lo; t < hi;) {
         int bs = t / KV_BLOCK * KV_BLOCK, e = bs + KV_BLOCK < hi ? bs + KV_BLOCK : hi;
+        prefetch_nth(L, tab, blo, nb, (bs - blo) / KV_BLOCK + FEW_AHEAD);
         ak->scores_f16(Sq + (t - lo), ns, Qt, block_at(L, L->kv_k, tab, bs, head), c->kv_dim,
                        t - bs, e - bs, hd, nq, c->attn_scale);
         t = e;
@@ -96,6 +138,7 @@ static void few_tile(const struct llama *L, float *Sq, const float *Qt, float *O
     ak->softmax_q(Sq, ns, ns, nq);
     for (int t = lo; t < hi;) {
         int bs = t / KV_BLOCK * KV_BLOCK, e = bs + KV_BLOCK < hi ? bs + KV_BLOCK : hi;
+        prefetch_nth(L, tab, blo, nb, nb + (bs - blo) / KV_BLOCK + FEW_AHEAD);
         ak->values_f16(O, Sq + (t - lo), ns, block_at(L, L->kv_v, tab, bs, head), c->kv_dim,
                        t - bs, e - bs, hd, nq);
         t = e;
