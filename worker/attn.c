@@ -145,55 +145,19 @@ static void few_tile(const struct llama *L, float *Sq, const float *Qt, float *O
     }
 }
 
-/* Task: tile (task / groups), KV head and its query heads [h0, h0 + nh). */
-static void tile_task(void *ctx, int task, int thread)
+/* A tile of nq queries over positions [lo, hi) (query j's own [lo_j, hi_j)), side by side in
+ * the lanes: each cache block converted once into kf for all of them, the scores lane-major in
+ * S (position t's row at (t - lo) * ATTN_LANES), the outputs in Ot (hd, LANES), zeroed by the
+ * caller. */
+static void wide_tile(const struct llama *L, float *S, const float *Qt, float *Ot, float *kf,
+                      const uint32_t *tab, size_t head, int lo, int hi, int nq, const int *lo_j,
+                      const int *hi_j)
 {
-    struct llama *L = ctx;
     const struct llama_config *c = &L->c;
-    const struct llama_layer *ly = &L->layers[L->layer];
     const struct attn_kern *ak = L->attn_kern;
-    int per_kv = c->n_heads / c->n_kv_heads, groups = c->n_kv_heads * L->attn_hchunks;
-    int tile = task / groups, g = task % groups, kvh = g / L->attn_hchunks;
-    int hc = g % L->attn_hchunks, h0 = kvh * per_kv + hc * L->attn_nh;
-    int nh = per_kv - hc * L->attn_nh < L->attn_nh ? per_kv - hc * L->attn_nh : L->attn_nh;
-    int r0 = L->tile_r0[tile], nr = L->tile_n[tile], hd = c->head_dim, nq = nr * nh;
-    int nv = nq <= 8 ? 1 : 2, few = nq <= ATTN_FEW;
-    const uint32_t *tab = kv_cache_table(L->kvc, L->row_slot[r0]);
-    size_t head = (size_t)kvh * hd;
-    float *kf = L->attn_scratch + (size_t)thread * L->attn_scratch_per; /* (KV_BLOCK, hd) */
-    float *Qt = kf + (size_t)KV_BLOCK * hd;                             /* (hd, LANES) */
-    float *Ot = Qt + (size_t)hd * ATTN_LANES; /* (hd, LANES), or (nq, hd) when few */
-    float *S = Ot + (size_t)hd * ATTN_LANES;                            /* (ctx, LANES) */
-    float *o[ATTN_QMAX];
-    int lo_j[ATTN_QMAX], hi_j[ATTN_QMAX], lo = 0, hi = 0;
+    int hd = c->head_dim, nv = nq <= 8 ? 1 : 2;
     float cap = c->softcap_attn;
 
-    memset(Qt, 0, (size_t)hd * ATTN_LANES * sizeof(float));
-    memset(Ot, 0, (size_t)hd * ATTN_LANES * sizeof(float));
-    for (int r = 0; r < nr; r++) {
-        int b = r0 + r, pos = L->row_pos[b];
-        int t0 = ly->window && (uint32_t)pos >= ly->window ? pos - (int)ly->window + 1 : 0;
-        if (r == 0 || t0 < lo)
-            lo = t0;
-        if (pos + 1 > hi)
-            hi = pos + 1;
-        for (int h = 0; h < nh; h++) {
-            int j = r * nh + h;
-            float *q = L->q + (size_t)b * c->q_dim + (size_t)(h0 + h) * hd;
-            ak->round16(q, hd); /* as llama.cpp's F16 products round the query */
-            for (int d = 0; d < hd; d++)
-                Qt[d * ATTN_LANES + j] = q[d];
-            o[j] = L->ao + (size_t)b * c->q_dim + (size_t)(h0 + h) * hd;
-            lo_j[j] = t0;
-            hi_j[j] = pos + 1;
-        }
-    }
-    if (few) {
-        few_tile(L, S, Qt, Ot, tab, head, lo, hi, nq, lo_j, hi_j);
-        for (int j = 0; j < nq; j++)
-            memcpy(o[j], Ot + (size_t)j * hd, (size_t)hd * sizeof(float));
-        return;
-    }
     /* Q.K^T over the tile's positions [lo, hi), a cache block at a time */
     for (int t = lo; t < hi;) {
         int bs = t / KV_BLOCK * KV_BLOCK, e = bs + KV_BLOCK < hi ? bs + KV_BLOCK : hi;
@@ -220,9 +184,59 @@ static void tile_task(void *ctx, int task, int thread)
         ak->values(Ot, S + (size_t)(t - lo) * ATTN_LANES, kf, t - bs, e - bs, hd, nv);
         t = e;
     }
-    for (int j = 0; j < nq; j++)
-        for (int d = 0; d < hd; d++)
-            o[j][d] = Ot[d * ATTN_LANES + j];
+}
+
+/* Task: tile (task / groups), KV head and its query heads [h0, h0 + nh). */
+static void tile_task(void *ctx, int task, int thread)
+{
+    struct llama *L = ctx;
+    const struct llama_config *c = &L->c;
+    const struct llama_layer *ly = &L->layers[L->layer];
+    const struct attn_kern *ak = L->attn_kern;
+    int per_kv = c->n_heads / c->n_kv_heads, groups = c->n_kv_heads * L->attn_hchunks;
+    int tile = task / groups, g = task % groups, kvh = g / L->attn_hchunks;
+    int hc = g % L->attn_hchunks, h0 = kvh * per_kv + hc * L->attn_nh;
+    int nh = per_kv - hc * L->attn_nh < L->attn_nh ? per_kv - hc * L->attn_nh : L->attn_nh;
+    int r0 = L->tile_r0[tile], nr = L->tile_n[tile], hd = c->head_dim, nq = nr * nh;
+    const uint32_t *tab = kv_cache_table(L->kvc, L->row_slot[r0]);
+    size_t head = (size_t)kvh * hd;
+    float *kf = L->attn_scratch + (size_t)thread * L->attn_scratch_per; /* (KV_BLOCK, hd) */
+    float *Qt = kf + (size_t)KV_BLOCK * hd;                             /* (hd, LANES) */
+    float *Ot = Qt + (size_t)hd * ATTN_LANES; /* (hd, LANES), or (nq, hd) when few */
+    float *S = Ot + (size_t)hd * ATTN_LANES;                            /* (ctx, LANES) */
+    float *o[ATTN_QMAX];
+    int lo_j[ATTN_QMAX], hi_j[ATTN_QMAX], lo = 0, hi = 0;
+
+    memset(Qt, 0, (size_t)hd * ATTN_LANES * sizeof(float));
+    memset(Ot, 0, (size_t)hd * ATTN_LANES * sizeof(float));
+    for (int r = 0; r < nr; r++) {
+        int b = r0 + r, pos = L->row_pos[b];
+        int t0 = ly->window && (uint32_t)pos >= ly->window ? pos - (int)ly->window + 1 : 0;
+        if (r == 0 || t0 < lo)
+            lo = t0;
+        if (pos + 1 > hi)
+            hi = pos + 1;
+        for (int h = 0; h < nh; h++) {
+            int j = r * nh + h;
+            float *q = L->q + (size_t)b * c->q_dim + (size_t)(h0 + h) * hd;
+            ak->round16(q, hd); /* as llama.cpp's F16 products round the query */
+            for (int d = 0; d < hd; d++)
+                Qt[d * ATTN_LANES + j] = q[d];
+            o[j] = L->ao + (size_t)b * c->q_dim + (size_t)(h0 + h) * hd;
+            lo_j[j] = t0;
+            hi_j[j] = pos + 1;
+        }
+    }
+    if (nq <= ATTN_FEW) {
+        few_tile(L, S, Qt, Ot, tab, head, lo, hi, nq, lo_j, hi_j);
+        for (int j = 0; j < nq; j++)
+            memcpy(o[j], Ot + (size_t)j * hd, (size_t)hd * sizeof(float));
+    } else {
+        wide_tile(L, S, Qt, Ot, kf, tab, head, lo, hi, nq, lo_j, hi_j);
+        for (int j = 0; j < nq; j++)
+            for (int d = 0; d < hd; d++)
+                o[j][d] = Ot[d * ATTN_LANES + j];
+    }
 }
 
 size_t llama_attn_scratch(const struct llama_config *c, uint32_t ctx)
