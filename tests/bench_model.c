@@ -19,14 +19,17 @@
  * with other work, CPU time (with KILN_THREADS=1) measures the kernels' cost more steadily.
  * Where the pinned node-llama-cpp is installed (tests/reference/node_modules, or the
  * node_modules directory env KILN_LLAMA_MODULES names), each model also runs through
- * llama.cpp (tests/reference/bench_llama.mjs: the last prompt length, decode at batch 1 and
+ * llama.cpp (tests/reference/bench_llama.mjs, found from this binary's own path, two levels
+ * below the source tree as build/tests/bench_model, whatever the current directory; the
+ * same decode steps as kiln's at each batch size; the last prompt length, decode at batch 1 and
  * aggregate decode at the batch sizes above 1 among 8 and 16, as B sequences of one context
  * that node-llama-cpp gathers into one llama_decode per step; same threads) and the
  * kiln/llama.cpp ratios are printed in the same run, by wall clock and by process CPU time
  * (llama.cpp's CPU / kiln's, for the prompt and for decode at batch 1, 8 and 16: above 1 is
  * kiln cheaper; with KILN_THREADS=1 the steadier measure on a shared machine). kiln and llama.cpp alternate, KILN_BENCH_ROUNDS times (default
  * 2) per model, and the ratios take each side's best. Without node (or the package) the
- * llama.cpp part is skipped with a message. With KILN_KERNELS=avx2 (avxvnni) llama.cpp runs
+ * llama.cpp part is skipped with a message; where the package is there but llama.cpp's run
+ * gives no figures, the bench says so and exits 1 after the other models. With KILN_KERNELS=avx2 (avxvnni) llama.cpp runs
  * the package's haswell (alderlake) ggml CPU backend, the same instruction sets, otherwise
  * the one ggml picks for the CPU (env KILN_LLAMA_CPU=VARIANT forces one); the ratio line
  * names both sides' code paths.
@@ -43,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -112,14 +116,31 @@ static void figs_best(struct figs *best, const struct figs *f)
     }
 }
 
+/* The source tree this binary was built in (cap bytes): two directories above its own
+ * (build/tests/bench_model), or "." when /proc does not say. */
+static void source_root(char *root, size_t cap)
+{
+    ssize_t n = readlink("/proc/self/exe", root, cap - 1);
+    root[n > 0 ? n : 0] = '\0';
+    for (int up = 0; up < 3; up++) {
+        char *slash = strrchr(root, '/');
+        if (!slash || slash == root) {
+            snprintf(root, cap, ".");
+            return;
+        }
+        *slash = '\0';
+    }
+}
+
 /* llama.cpp on the same file through tests/reference/bench_llama.mjs; prints its line and
  * fills *f and cpu (cap bytes: the ggml CPU backend it ran, e.g. libggml-cpu-haswell.so when
- * KILN_KERNELS=avx2). 0, or -1 when the reference cannot run (said once). */
-static int bench_llama(const char *path, int plen, int steps, int threads, const char *bl,
-                       int dctx, struct figs *f, char *cpu, size_t cap)
+ * KILN_KERNELS=avx2). steps: batch 1's decode steps, steps_b the batched ones'. 0; -1 when
+ * the reference is not installed (said), -2 when it is but its run gave no figures (said). */
+static int bench_llama(const char *path, int plen, int steps, int steps_b, int threads,
+                       const char *bl, int dctx, struct figs *f, char *cpu, size_t cap)
 {
     const char *mods = getenv("KILN_LLAMA_MODULES");
-    char probe[600], cmd[1400], line[256];
+    char root[512], probe[1100], script[1100], cmd[2600], line[256];
     struct stat st;
     double p = 0.0, d = 0.0, pc = 0.0, dc = 0.0, bd, bc;
     int b;
@@ -129,20 +150,28 @@ static int bench_llama(const char *path, int plen, int steps, int threads, const
         printf("  llama.cpp: skipped (node is not installed)\n");
         return -1;
     }
-    snprintf(probe, sizeof(probe), "%s/node-llama-cpp/package.json",
-             mods ? mods : "tests/reference/node_modules");
+    source_root(root, sizeof(root));
+    snprintf(script, sizeof(script), "%s/tests/reference/bench_llama.mjs", root);
+    if (mods)
+        snprintf(probe, sizeof(probe), "%s/node-llama-cpp/package.json", mods);
+    else
+        snprintf(probe, sizeof(probe), "%s/tests/reference/node_modules/node-llama-cpp/"
+                 "package.json", root);
     if (stat(probe, &st) < 0) {
         printf("  llama.cpp: skipped, not installed (cd tests/reference && npm ci, "
                "or KILN_LLAMA_MODULES=DIR/node_modules)\n");
         return -1;
     }
-    snprintf(cmd, sizeof(cmd),
-             "node tests/reference/bench_llama.mjs '%s' %d %d %d '%s' 4 %d 2>&1", path, plen,
-             steps, threads, bl, dctx);
+    if (stat(script, &st) < 0) {
+        printf("  llama.cpp: %s not found\n", script);
+        return -2;
+    }
+    snprintf(cmd, sizeof(cmd), "node '%s' '%s' %d %d %d '%s' %d %d 2>&1", script, path, plen,
+             steps, threads, bl, steps_b, dctx);
     FILE *fp = popen(cmd, "r");
     if (!fp) {
         printf("  llama.cpp: cannot run node\n");
-        return -1;
+        return -2;
     }
     int found = 0;
     char name[64];
@@ -170,9 +199,12 @@ static int bench_llama(const char *path, int plen, int steps, int threads, const
             printf("  llama.cpp: %s", line);
         }
     }
-    pclose(fp);
-    if (!found || p <= 0.0 || d <= 0.0)
-        return -1;
+    int rc = pclose(fp);
+    if (!found || p <= 0.0 || d <= 0.0) {
+        printf("  llama.cpp: its run gave no figures (exit status %d)\n",
+               rc != -1 && WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);
+        return -2;
+    }
     f->prompt = p;
     f->pcpu = pc;
     f->d1 = d;
@@ -318,8 +350,9 @@ static double ratio(double k, double l)
     return k > 0.0 && l > 0.0 ? k / l : 0.0;
 }
 
-/* kiln and llama.cpp alternately, rounds times, then the ratios of each side's best. */
-static void bench_pair(const char *path, int threads, double bw, double bwc,
+/* kiln and llama.cpp alternately, rounds times, then the ratios of each side's best. -1 when
+ * llama.cpp is installed but did not run, else 0. */
+static int bench_pair(const char *path, int threads, double bw, double bwc,
                        const double *peak, double macs)
 {
     const char *r = getenv("KILN_BENCH_ROUNDS");
@@ -339,14 +372,18 @@ static void bench_pair(const char *path, int threads, double bw, double bwc,
         bench_one(path, threads, bw, bwc, peak, macs, &f, &plen, &steps);
         figs_best(&kb, &f);
         fflush(stdout);
-        if (bench_llama(path, plen, steps, threads, bl, bench_ctx(), &f, cpu, sizeof(cpu)) < 0)
+        int lr = bench_llama(path, plen, steps, bench_steps(4), threads, bl, bench_ctx(), &f,
+                             cpu, sizeof(cpu));
+        if (lr == -2)
+            return -1;
+        if (lr < 0)
             break;
         have = 1;
         figs_best(&lb, &f);
         fflush(stdout);
     }
     if (!have)
-        return;
+        return 0;
     char c[8][16];
     const double rs[8] = {ratio(kb.prompt, lb.prompt), ratio(kb.d1, lb.d1), ratio(kb.d8, lb.d8),
                           ratio(kb.d16, lb.d16), ratio(lb.pcpu, kb.pcpu), ratio(lb.dcpu, kb.dcpu),
@@ -360,6 +397,7 @@ static void bench_pair(const char *path, int threads, double bw, double bwc,
            "decode batch 1 %s, batch 8 %s, batch 16 %s; by CPU time: prompt %s, "
            "decode batch 1 %s, batch 8 %s, batch 16 %s\n", kern_ops_select()->name,
            cpu, rounds, plen, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]);
+    return 0;
 }
 
 int main(void)
@@ -368,7 +406,7 @@ int main(void)
     const char *pick = getenv("KILN_BENCH_MODELS");
     char dir[512], path[600], vocab[512];
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = getenv("KILN_THREADS") ? atoi(getenv("KILN_THREADS")) : (int)ncpu;
+    int threads = getenv("KILN_THREADS") ? atoi(getenv("KILN_THREADS")) : (int)ncpu, failed = 0;
     static const char spm[] = "ggml-vocab-llama-spm.gguf", gpt2[] = "ggml-vocab-gpt-2.gguf";
     static const struct {
         const char *name, *preset, *vocab;
@@ -442,8 +480,11 @@ int main(void)
         int hd = g.head_dim ? g.head_dim : g.dim / g.heads;
         double macs = (double)g.layers * ((double)g.dim * hd * (2 * g.heads + 2 * g.kv_heads) +
                                           3.0 * g.dim * g.ffn);
-        bench_pair(path, threads > 0 ? threads : 1, bw, bwc, peak, macs);
+        if (bench_pair(path, threads > 0 ? threads : 1, bw, bwc, peak, macs) < 0)
+            failed = 1;
         fflush(stdout);
     }
-    return 0;
+    if (failed)
+        fprintf(stderr, "bench_model: llama.cpp is installed but did not run; see above\n");
+    return failed;
 }
