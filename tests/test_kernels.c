@@ -538,9 +538,11 @@ static void test_kernels_avxvnni_one_sequence_b32_rows_give_the_tile_bits(void *
 
 /* Q8_0 weights whose codes are random bytes (-128 included, which quantizing never gives),
  * with some blocks all -128, all 127 or alternating the two (the extremes of a block's code
- * sum, from which plain AVX2 takes its zero point per row and block), in a group of eight
- * rows and a tail of five: 8 to 16 decode sequences still give each sequence the bits it gets
- * alone (the lane kernels' int16 partial sums stay exact over every code). */
+ * sum, from which plain AVX2 takes its zero point per row and block), and some scales zero,
+ * subnormal, at the ends of the normal range or infinite (which plain AVX2 converts in general
+ * registers at 16 sequences), in a group of eight rows and a tail of five: 8 to 16 decode
+ * sequences still give each sequence the bits it gets alone (the lane kernels' int16 partial
+ * sums stay exact over every code). */
 static void check_decode_q8_0_every_code(enum kern_set set)
 {
     const struct kern_ops *k = kern_ops_get(set);
@@ -563,6 +565,16 @@ static void check_decode_q8_0_every_code(enum kern_set set)
         b[9 * nb + 1].qs[l] = (int8_t)(l & 1 ? 127 : -128);
         b[12 * nb + 3].qs[l] = -128;
     }
+    static const struct {
+        int row, block;
+        uint16_t d;
+    } scales[] = {
+        {1, 0, 0x0000},  {3, 4, 0x8000},  {4, 7, 0x0001},  {6, 16, 0x83FF}, {7, 2, 0x0400},
+        {0, 5, 0xFBFF},  {10, 5, 0x7BFF}, {8, 3, 0x0200},  {11, 9, 0x8400}, {12, 10, 0x7C00},
+        {2, 11, 0xFC00}, {9, 0, 0x0000},
+    };
+    for (size_t i = 0; i < sizeof scales / sizeof scales[0]; i++)
+        b[scales[i].row * nb + scales[i].block].d = scales[i].d;
     float *alone = calloc((size_t)16 * rows, sizeof(float));
     assert_non_null(alone);
     for (int s = 0; s < 16; s++) {

@@ -274,8 +274,9 @@ static AI void cols_rows(const enum ggml_type t, const int R, const int V, const
  * x + 128 = 16 xh + xl, xl = x & 15, xh = (x >> 4) + 8 (both 0..15). Per 4 codes w, broadcast
  * raw from the row, and per vector: maddubs(xl, w) and maddubs(xh, w) (products of at most
  * 15 * 128, a pair 3840), each summed over the whole block in int16 (8 pairs: 30720), then one
- * madd by 1 and one by 16; the 128 comes off as -128 * sum(w), the same for every sequence,
- * which q8x_pre computed for the row and block (with its scale) before. Two multiply-port ops
+ * madd by 1 and one by 16; the 128 comes off as -128 * sum(w), the same for every sequence:
+ * at 8 sequences q8x_pre computed it for the row and block (with its scale) before, at 16
+ * q8x_zero and q8x_scale compute both in the loop, in general registers. Two multiply-port ops
  * per 4 codes and vector (the sign path, maddubs of |w| and sign(x, w) then madd: three), one
  * broadcast per 4 codes and row, straight from W, no decode of the row. bench_kernels (avx2,
  * Q8_0, CPU ms per call, best of 4): 2048x5632 at 8 sequences 1.591 -> 1.492, at 16 3.009 ->
@@ -290,9 +291,53 @@ static AI void cols_rows(const enum ggml_type t, const int R, const int V, const
 #define Q8X_R (Q8X_R1 > Q8X_R2 ? Q8X_R1 : Q8X_R2)
 _Static_assert(Q8X_R <= COLS_OUT, "the caller's out[] holds COLS_OUT rows of 16 sequences");
 _Static_assert(8 % Q8X_R1 == 0 && 8 % Q8X_R2 == 0, "the caller runs eight rows as whole groups");
-/* R rows (rb bytes apart, from w0; row r is row i + r of its eight-row group, i given by zc
- * and zs: &P->zc[0][i], &P->zs[0][i]) over ng blocks against V vectors of the panel:
- * out[16 * r + 8 * v + l]. */
+/* -128 * the sum of a Q8_0 block's 32 codes qs, in general registers (no vector op): each
+ * code + 128 (xor 0x80) summed as 16-bit fields of 64-bit words, even and odd bytes apart
+ * (a field at most 8 * 255), then the four fields added by a multiply into the top one.
+ * q8x_rows at 16 sequences is bound by its vector ops; this rides along on the idle integer
+ * ports, in place of q8x_pre's separate vector pass over the rows (scratch harness, 16
+ * sequences, CPU ms per call: 2048x2048 in cache 0.712-0.717 -> 0.683-0.692, 5632x2048 from
+ * DRAM 2.07-2.09 -> 1.97-2.00, with q8x_scale). */
+static AI int32_t q8x_zero(const char *qs)
+{
+    const uint64_t m = 0x00FF00FF00FF00FFull;
+    uint64_t t = 0;
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < 4; k++) {
+        uint64_t a;
+        memcpy(&a, qs + 8 * k, sizeof a);
+        a ^= 0x8080808080808080ull;
+        /* in a general register: GCC would otherwise vectorize the four words */
+        __asm__("" : "+r"(a));
+        t += (a & m) + (a >> 8 & m);
+    }
+    /* sum(w + 128) = sum(w) + 32 * 128, at most 32 * 255 */
+    const int32_t s = (int32_t)((t * 0x0001000100010001ull) >> 48);
+    return 128 * (QUANT_QK * 128) - 128 * s;
+}
+
+/* The f32 bits of a Q8_0 block's f16 scale (its first two bytes), in general registers: a
+ * normal f16 (exponent 1..30) is its sign, then exponent + 112 and mantissa shifted by 13;
+ * zero, subnormals, infinities and NaNs (exponent 0 or 31, where the exponent + 1 has no bit
+ * 1..4 set) go through _cvtsh_ss. Both give vcvtph2ps' bits. */
+static AI int32_t q8x_scale(const char *w)
+{
+    int16_t h16;
+    memcpy(&h16, w, sizeof h16);
+    const int32_t h = h16;
+    if (__builtin_expect(!((h + 0x400) & 0x7800), 0)) {
+        const float f = _cvtsh_ss((uint16_t)h16);
+        int32_t b;
+        memcpy(&b, &f, sizeof b);
+        return b;
+    }
+    return (int32_t)((((uint32_t)h << 13) & 0x8FFFFFFFu) + 0x38000000u);
+}
+
+/* R rows (rb bytes apart, from w0) over ng blocks against V vectors of the panel:
+ * out[16 * r + 8 * v + l]. V = 1: row r is row i + r of its eight-row group, for which
+ * q8x_pre left each block's zero point and scale in zc and zs (&P->zc[0][i], &P->zs[0][i]);
+ * V = 2: q8x_rows computes them (q8x_zero, q8x_scale), zc and zs unused. */
 static AI void q8x_rows(const int R, const int V, const char *w0, size_t rb, int ng,
                         const struct cols_panel *P, const int32_t *zc, const float *zs,
                         float *out)
@@ -306,11 +351,11 @@ static AI void q8x_rows(const int R, const int V, const char *w0, size_t rb, int
             acc[r][v] = _mm256_setzero_ps();
     for (int g = 0; g < ng; g++) {
         const char *wb = w0 + (size_t)g * bb;
-        /* the same block of the row eight on, which the next group's q8x_pre reads first
-         * (then this loop from cache): a whole group's work ahead of its use, so the misses
-         * to DRAM are long done; prefetching each row 32 blocks ahead of itself instead
-         * made q8x_pre wait on them (scratch harness, 2048x2048 at 16 sequences: 1.02 ms
-         * against 0.79) */
+        /* the same block of the row eight on, which the next group's q8x_pre (V = 1) or this
+         * loop (V = 2) reads first: a whole group's work ahead of its use, so the misses to
+         * DRAM are long done; prefetching each row 32 blocks ahead of itself instead made
+         * q8x_pre wait on them (scratch harness, 2048x2048 at 16 sequences: 1.02 ms against
+         * 0.79) and is no faster at V = 2 without it (5632x2048 from DRAM: 1.97-1.98 ms both) */
         _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++)
             _mm_prefetch(wb + (size_t)(r + 8) * rb, _MM_HINT_T0);
@@ -340,10 +385,20 @@ static AI void q8x_rows(const int R, const int V, const char *w0, size_t rb, int
                 }
             }
         }
+        /* V = 2: into memory, from which each is broadcast by a load (no shuffle op) */
+        int32_t zr[Q8X_R], sr[Q8X_R];
+        if (V == 2) {
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < R; r++) {
+                zr[r] = q8x_zero(wb + (size_t)r * rb + 2);
+                sr[r] = q8x_scale(wb + (size_t)r * rb);
+            }
+        }
         _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++) {
-            const __m256 sc = _mm256_broadcast_ss(zs + 8 * g + r);
-            const __m256i z = bcast_ld(zc + 8 * g + r);
+            const __m256 sc = V == 2 ? _mm256_castsi256_ps(bcast_ld(&sr[r]))
+                                     : _mm256_broadcast_ss(zs + 8 * g + r);
+            const __m256i z = bcast_ld(V == 2 ? &zr[r] : zc + 8 * g + r);
             _Pragma("GCC unroll 2")
             for (int v = 0; v < V; v++) {
                 __m256i ia = _mm256_add_epi32(
@@ -360,14 +415,17 @@ static AI void q8x_rows(const int R, const int V, const char *w0, size_t rb, int
             _mm256_storeu_ps(out + 16 * r + 8 * v, acc[r][v]);
 }
 
-/* For n rows (at most 8; rb bytes apart, from w0) over ng blocks, what q8x_rows takes per
- * row and block: P->zc[g][i] = -128 * the sum of row i's 32 codes, P->zs[g][i] its scale.
+/* For n rows (at most 8; rb bytes apart, from w0) over ng blocks, what q8x_rows at one vector
+ * of sequences takes per row and block: P->zc[g][i] = -128 * the sum of row i's 32 codes,
+ * P->zs[g][i] its scale.
  * Eight rows by vectors: per block each row's codes + 128 summed by vpsadbw into four
  * qwords, the eight rows' qwords packed and added down to one vector of eight sums, and the
  * eight f16 scales converted at once. Done per group of rows, this takes the xor of every
  * broadcast and the scale's conversion out of q8x_rows (scratch harness, 16 sequences:
  * 2048x2048 in cache 0.807, 0.848 -> 0.793, 0.782 CPU ms per call; 5632x2048 from DRAM
- * 2.27-2.30 -> 2.19-2.23). */
+ * 2.27-2.30 -> 2.19-2.23). At 8 sequences the loop has half the vector work per row and
+ * block, and q8x_zero there cost more than this pass (scratch harness, 5632x2048 from DRAM:
+ * 1.12-1.20 -> 1.33-1.40 CPU ms per call). */
 static void q8x_pre(const char *w0, size_t rb, int n, int ng, struct cols_panel *P)
 {
     const size_t bb = sizeof(struct quant_block_q8_0);
@@ -790,7 +848,7 @@ int COLS_FN(const struct kern_mat *W, const struct kern_act *X, int n_seq, float
             /* eight rows, then per vector of sequences one 8x8 transpose, so each sequence
              * takes its eight results in one store (not 8 * n_seq scalar ones) */
 #ifndef __AVXVNNI__
-            if (q8x)
+            if (q8x && V == 1)
                 q8x_pre((const char *)W->data + (size_t)r * rb, rb, 8, ng, &P);
 #endif
             for (int i = 0; i < 8; i += RV)
@@ -810,7 +868,7 @@ int COLS_FN(const struct kern_mat *W, const struct kern_act *X, int n_seq, float
         }
         int R = row_end - r >= RV ? RV : 1;
 #ifndef __AVXVNNI__
-        if (q8x)
+        if (q8x && V == 1)
             q8x_pre((const char *)W->data + (size_t)r * rb, rb, R, ng, &P);
 #endif
         cols_any(t, V, R, 0, (const char *)W->data + (size_t)r * rb, rb, ng, &P, out);
