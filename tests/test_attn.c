@@ -185,7 +185,10 @@ static void test_attn_few_query_forms_give_the_lane_major_bits(void **state)
     const struct attn_kern *sets[3] = {&attn_kern_scalar};
     int n_sets = 1 + vector_sets(sets + 1);
     static const int hds[] = {64, 72, 80, 128, 8};
-    static const int ranges[][2] = {{0, 16}, {3, 16}, {0, 1}, {5, 11}, {15, 16}, {0, 9}};
+    /* whole and partial blocks; for the AVX2 set's two groups of 8 keys side by side, ranges
+     * over both groups (either or both partial) and over one only */
+    static const int ranges[][2] = {{0, 16}, {3, 16}, {0, 1},  {5, 11}, {15, 16},
+                                    {0, 9},  {7, 9},  {8, 16}, {1, 15}, {0, 8}};
     enum { NS = 40 }; /* a query-major row's stride */
     (void)state;
     for (size_t h = 0; h < sizeof(hds) / sizeof(hds[0]); h++) {

@@ -162,100 +162,142 @@ AVX2I void tr8_avx2(__m256 r[8])
     }
 }
 
-/* scores_f16 for keys [kb, kb + 8) of the block (those outside [u0, u1) read as 0), NQ
- * queries: lane u of acc[j] sums q_j[d] * k_u[d] over d in order. */
-AVX2I void scf_avx2(float *Sq, int ns, const float *Qt, const uint16_t *k, int stride, int kb,
-                    int u0, int u1, int hd, float scale, const int NQ)
+/* Keys [kb, kb + 8)'s F16 elements [d0, d0 + 16), transposed: c[e] holds element d0 + e of the
+ * 8 keys, then element d0 + 8 + e (keys outside [u0, u1) read as 0). */
+AVX2I void tr16_avx2(__m256i c[8], const uint16_t *k, int stride, int kb, int u0, int u1, int d0)
 {
-    __m256 acc[ATTN_FEW], r[8];
+    __m256i z[8], a[8], b[8];
 #pragma GCC unroll 8
-    for (int j = 0; j < NQ; j++)
-        acc[j] = _mm256_setzero_ps();
-    int d0 = 0;
-    for (; d0 + 16 <= hd; d0 += 16) { /* transposed as F16: two elements' rows a step */
-        __m256i z[8], a[8], b[8], c[8];
-#pragma GCC unroll 8
-        for (int u = 0; u < 8; u++)
-            z[u] = kb + u >= u0 && kb + u < u1
-                       ? _mm256_loadu_si256((const __m256i *)(k + (size_t)(kb + u) * stride + d0))
-                       : _mm256_setzero_si256();
+    for (int u = 0; u < 8; u++)
+        z[u] = kb + u >= u0 && kb + u < u1
+                   ? _mm256_loadu_si256((const __m256i *)(k + (size_t)(kb + u) * stride + d0))
+                   : _mm256_setzero_si256();
 #pragma GCC unroll 4
-        for (int m = 0; m < 4; m++) {
-            a[2 * m] = _mm256_unpacklo_epi16(z[2 * m], z[2 * m + 1]);
-            a[2 * m + 1] = _mm256_unpackhi_epi16(z[2 * m], z[2 * m + 1]);
-        }
+    for (int m = 0; m < 4; m++) {
+        a[2 * m] = _mm256_unpacklo_epi16(z[2 * m], z[2 * m + 1]);
+        a[2 * m + 1] = _mm256_unpackhi_epi16(z[2 * m], z[2 * m + 1]);
+    }
 #pragma GCC unroll 2
-        for (int g = 0; g < 2; g++) {
-            b[4 * g] = _mm256_unpacklo_epi32(a[4 * g], a[4 * g + 2]);
-            b[4 * g + 1] = _mm256_unpackhi_epi32(a[4 * g], a[4 * g + 2]);
-            b[4 * g + 2] = _mm256_unpacklo_epi32(a[4 * g + 1], a[4 * g + 3]);
-            b[4 * g + 3] = _mm256_unpackhi_epi32(a[4 * g + 1], a[4 * g + 3]);
-        }
-        /* c[e]: element d0 + e of the 8 keys, then element d0 + 8 + e */
+    for (int g = 0; g < 2; g++) {
+        b[4 * g] = _mm256_unpacklo_epi32(a[4 * g], a[4 * g + 2]);
+        b[4 * g + 1] = _mm256_unpackhi_epi32(a[4 * g], a[4 * g + 2]);
+        b[4 * g + 2] = _mm256_unpacklo_epi32(a[4 * g + 1], a[4 * g + 3]);
+        b[4 * g + 3] = _mm256_unpackhi_epi32(a[4 * g + 1], a[4 * g + 3]);
+    }
 #pragma GCC unroll 4
-        for (int p = 0; p < 4; p++) {
-            c[2 * p] = _mm256_unpacklo_epi64(b[p], b[4 + p]);
-            c[2 * p + 1] = _mm256_unpackhi_epi64(b[p], b[4 + p]);
-        }
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; i++) {
-            __m256 col = _mm256_cvtph_ps(i < 8 ? _mm256_castsi256_si128(c[i])
-                                               : _mm256_extracti128_si256(c[i - 8], 1));
-#pragma GCC unroll 8
-            for (int j = 0; j < NQ; j++)
-                acc[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(Qt + (d0 + i) * ATTN_LANES + j), col,
-                                         acc[j]);
-        }
-    }
-    for (; d0 < hd; d0 += 8) {
-#pragma GCC unroll 8
-        for (int u = 0; u < 8; u++)
-            r[u] = kb + u >= u0 && kb + u < u1
-                       ? _mm256_cvtph_ps(_mm_loadu_si128(
-                             (const __m128i *)(k + (size_t)(kb + u) * stride + d0)))
-                       : _mm256_setzero_ps();
-        tr8_avx2(r);
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++)
-#pragma GCC unroll 8
-            for (int j = 0; j < NQ; j++)
-                acc[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(Qt + (d0 + i) * ATTN_LANES + j), r[i],
-                                         acc[j]);
-    }
-    if (kb >= u0 && kb + 8 <= u1) {
-#pragma GCC unroll 8
-        for (int j = 0; j < NQ; j++)
-            _mm256_storeu_ps(Sq + j * ns + kb - u0, _mm256_mul_ps(acc[j], _mm256_set1_ps(scale)));
-        return;
-    }
-    float out[8];
-#pragma GCC unroll 8
-    for (int j = 0; j < NQ; j++) {
-        _mm256_storeu_ps(out, _mm256_mul_ps(acc[j], _mm256_set1_ps(scale)));
-        for (int u = kb > u0 ? kb : u0; u < kb + 8 && u < u1; u++)
-            Sq[j * ns + u - u0] = out[u - kb];
+    for (int p = 0; p < 4; p++) {
+        c[2 * p] = _mm256_unpacklo_epi64(b[p], b[4 + p]);
+        c[2 * p + 1] = _mm256_unpackhi_epi64(b[p], b[4 + p]);
     }
 }
+
+/* scores_f16 for G groups of 8 keys, [kb, kb + 8 * G) of the block (those outside [u0, u1) read
+ * as 0), NQ queries: lane u of acc[g * NQ + j] sums q_j[d] * k_{kb + 8g + u}[d] over d in order.
+ * Each sum is one chain of dependent FMAs; the groups' chains are independent, so with G = 2
+ * twice as many run side by side (G * NQ <= ATTN_FEW accumulators). */
+AVX2I void scf_avx2(float *Sq, int ns, const float *Qt, const uint16_t *k, int stride, int kb,
+                    int u0, int u1, int hd, float scale, const int NQ, const int G)
+{
+    __m256 acc[ATTN_FEW];
+#pragma GCC unroll 8
+    for (int i = 0; i < G * NQ; i++)
+        acc[i] = _mm256_setzero_ps();
+    int d0 = 0;
+    for (; d0 + 16 <= hd; d0 += 16) /* transposed as F16: two elements' rows a step */
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) {
+            __m256i c[8];
+            tr16_avx2(c, k, stride, kb + 8 * g, u0, u1, d0);
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) {
+                __m256 col = _mm256_cvtph_ps(i < 8 ? _mm256_castsi256_si128(c[i])
+                                                   : _mm256_extracti128_si256(c[i - 8], 1));
+#pragma GCC unroll 8
+                for (int j = 0; j < NQ; j++)
+                    acc[g * NQ + j] =
+                        _mm256_fmadd_ps(_mm256_broadcast_ss(Qt + (d0 + i) * ATTN_LANES + j), col,
+                                        acc[g * NQ + j]);
+            }
+        }
+    for (; d0 < hd; d0 += 8)
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) {
+            __m256 r[8];
+            int k0 = kb + 8 * g;
+#pragma GCC unroll 8
+            for (int u = 0; u < 8; u++)
+                r[u] = k0 + u >= u0 && k0 + u < u1
+                           ? _mm256_cvtph_ps(_mm_loadu_si128(
+                                 (const __m128i *)(k + (size_t)(k0 + u) * stride + d0)))
+                           : _mm256_setzero_ps();
+            tr8_avx2(r);
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++)
+#pragma GCC unroll 8
+                for (int j = 0; j < NQ; j++)
+                    acc[g * NQ + j] =
+                        _mm256_fmadd_ps(_mm256_broadcast_ss(Qt + (d0 + i) * ATTN_LANES + j), r[i],
+                                        acc[g * NQ + j]);
+        }
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++) {
+        int k0 = kb + 8 * g;
+        if (k0 >= u0 && k0 + 8 <= u1) {
+#pragma GCC unroll 8
+            for (int j = 0; j < NQ; j++)
+                _mm256_storeu_ps(Sq + j * ns + k0 - u0,
+                                 _mm256_mul_ps(acc[g * NQ + j], _mm256_set1_ps(scale)));
+            continue;
+        }
+        float out[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < NQ; j++) {
+            _mm256_storeu_ps(out, _mm256_mul_ps(acc[g * NQ + j], _mm256_set1_ps(scale)));
+            for (int u = k0 > u0 ? k0 : u0; u < k0 + 8 && u < u1; u++)
+                Sq[j * ns + u - u0] = out[u - k0];
+        }
+    }
+}
+
+/* The block's keys [u0, u1): with at most 3 queries, its two groups of 8 side by side when the
+ * range covers both (G * NQ accumulators and the 8 transposed rows fit the 16 registers; 4
+ * queries in 2 groups measured slower, spilling), else a group at a time. */
+AVX2I void scf_avx2_n(float *Sq, int ns, const float *Qt, const uint16_t *k, int stride, int u0,
+                      int u1, int hd, float scale, const int NQ)
+{
+    if (NQ <= 3 && u0 < 8 && u1 > 8) {
+        scf_avx2(Sq, ns, Qt, k, stride, 0, u0, u1, hd, scale, NQ, 2);
+        return;
+    }
+    for (int kb = 0; kb < KV_BLOCK; kb += 8)
+        if (kb < u1 && kb + 8 > u0)
+            scf_avx2(Sq, ns, Qt, k, stride, kb, u0, u1, hd, scale, NQ, 1);
+}
+
+/* scf_avx2_n for each NQ, each a function of its own, so that the register allocation of one
+ * does not weigh on the others (inlined into one switch, the 8-query form measured ~1.5x
+ * slower). */
+#define SCF(q)                                                                                 \
+    static AVX2 void scf_avx2_##q(float *Sq, int ns, const float *Qt, const uint16_t *k,       \
+                                  int stride, int u0, int u1, int hd, float scale)             \
+    {                                                                                          \
+        scf_avx2_n(Sq, ns, Qt, k, stride, u0, u1, hd, scale, q);                              \
+    }
+SCF(1) SCF(2) SCF(3) SCF(4) SCF(5) SCF(6) SCF(7) SCF(8)
+#undef SCF
 
 static AVX2 void scores_f16_avx2(float *Sq, int ns, const float *Qt, const uint16_t *k,
                                  int stride, int u0, int u1, int hd, int nq, float scale)
 {
+    static void (*const by_nq[ATTN_FEW])(float *, int, const float *, const uint16_t *, int,
+                                         int, int, int, float) = {
+        scf_avx2_1, scf_avx2_2, scf_avx2_3, scf_avx2_4,
+        scf_avx2_5, scf_avx2_6, scf_avx2_7, scf_avx2_8};
     if (hd % 8 || nq < 1 || nq > ATTN_FEW) {
         attn_kern_scalar.scores_f16(Sq, ns, Qt, k, stride, u0, u1, hd, nq, scale);
         return;
     }
-    for (int kb = 0; kb < KV_BLOCK; kb += 8) {
-        if (kb >= u1 || kb + 8 <= u0)
-            continue;
-        switch (nq) {
-#define SCF(n)                                                                                 \
-    case n:                                                                                    \
-        scf_avx2(Sq, ns, Qt, k, stride, kb, u0, u1, hd, scale, n);                            \
-        break;
-            SCF(1) SCF(2) SCF(3) SCF(4) SCF(5) SCF(6) SCF(7) SCF(8)
-#undef SCF
-        }
-    }
+    by_nq[nq - 1](Sq, ns, Qt, k, stride, u0, u1, hd, scale);
 }
 
 /* sum[j] = the sum over t in [0, n), one add after another, of Sq[j * ns + t], for j < NQ:
