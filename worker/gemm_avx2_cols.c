@@ -12,8 +12,10 @@
  * Q5_0's 5-bit codes as they are) and their zero point taken off as -zero * sum(activation
  * bytes) per block, from which each sum starts. Without it maddubs + madd: Q8_0's activations
  * (+ 128) are split in the panel into two unsigned nibbles, which the codes multiply directly,
- * the zero point coming off per row and block (q8x_rows), IQ4_NL gives maddubs |w| and moves w's sign onto the activations (each
- * pair at most 2 * 128 * 127, which fits int16); Q4_0's nibbles (<= 15) multiply the
+ * the zero point coming off per row and block (q8x_rows, 8 sequences), or at 9 to 16
+ * sequences held as int16 pairs against the row's codes widened once per block, one madd per
+ * pair of codes (q8w_rows); IQ4_NL gives maddubs |w| and moves w's sign onto the activations
+ * (each pair at most 2 * 128 * 127, which fits int16); Q4_0's nibbles (<= 15) multiply the
  * activations directly and a whole block of pairs is summed in int16 (16 products of at most
  * 15 * 128: 30720) before one madd, Q5_0's codes (<= 31, decoded once per row and block)
  * half a block (8 products of at most 31 * 128: 31744).
@@ -52,7 +54,7 @@
 #define COLS_PF 12
 #endif
 /* Rows computed together for one vector of sequences (up to 8) and for two (up to 16), in
- * cols_rows (plain AVX2's Q8_0 takes q8x_rows' Q8X_R1 / Q8X_R2). */
+ * cols_rows (plain AVX2's Q8_0 takes q8x_rows' Q8X_R and q8w_rows' Q8W_R). */
 #ifndef COLS_R1
 #define COLS_R1 8
 #endif
@@ -72,9 +74,19 @@ _Static_assert(COLS_OUT >= 8 && 8 % COLS_R1 == 0 && 8 % COLS_R2 == 0 && 8 % COLS
                "COLS_FN runs eight rows at a time into out[] as whole row groups");
 
 struct cols_panel {
-    __m256i x[COLS_MAXK / 4][2];        /* [t][v], lane l: dword t of sequence 8v + l */
 #ifndef __AVXVNNI__
-    __m256i xh[COLS_MAXK / 4][2]; /* Q8_0 (q8x_rows): (x >> 4) + 8 of each byte; x holds x & 15 */
+    union {
+        struct {
+#endif
+            __m256i x[COLS_MAXK / 4][2]; /* [t][v], lane l: dword t of sequence 8v + l */
+#ifndef __AVXVNNI__
+            /* Q8_0 at 8 sequences (q8x_rows): (x >> 4) + 8 of each byte; x holds x & 15 */
+            __m256i xh[COLS_MAXK / 4][2];
+        };
+        /* Q8_0 at 9 to 16 sequences (q8w_rows): [t][v], lane l: elements 2t and 2t + 1 of
+         * sequence 8v + l as two int16 */
+        __m256i xw[COLS_MAXK / 2][2];
+    };
     /* q8x_rows, eight rows at a time, per block: -128 * the sum of row i's codes, its scale */
     int32_t zc[COLS_MAXK / QUANT_QK][8];
     float zs[COLS_MAXK / QUANT_QK][8];
@@ -270,56 +282,26 @@ static AI void cols_rows(const enum ggml_type t, const int R, const int V, const
 }
 
 #ifndef __AVXVNNI__
-/* Q8_0 on plain AVX2, lane = sequence: each activation byte x split in the panel as
- * x + 128 = 16 xh + xl, xl = x & 15, xh = (x >> 4) + 8 (both 0..15). Per 4 codes w, broadcast
- * raw from the row, and per vector: maddubs(xl, w) and maddubs(xh, w) (products of at most
- * 15 * 128, a pair 3840), each summed over the whole block in int16 (8 pairs: 30720), then one
- * madd by 1 and one by 16; the 128 comes off as -128 * sum(w), the same for every sequence:
- * at 8 sequences q8x_pre computed it for the row and block (with its scale) before, at 16
- * q8x_zero and q8x_scale compute both in the loop, in general registers. Two multiply-port ops
- * per 4 codes and vector (the sign path, maddubs of |w| and sign(x, w) then madd: three), one
- * broadcast per 4 codes and row, straight from W, no decode of the row. bench_kernels (avx2,
- * Q8_0, CPU ms per call, best of 4): 2048x5632 at 8 sequences 1.591 -> 1.492, at 16 3.009 ->
- * 2.537 (against the sign path at 8 and the nibble-split codes at 16, both with this
- * prefetch; then with w + 128 and a per-sequence zero point). */
-#ifndef Q8X_R1
-#define Q8X_R1 4
+/* Q8_0 on plain AVX2 at 8 sequences (one vector), lane = sequence: each activation byte x
+ * split in the panel as x + 128 = 16 xh + xl, xl = x & 15, xh = (x >> 4) + 8 (both 0..15).
+ * Per 4 codes w, broadcast raw from the row: maddubs(xl, w) and maddubs(xh, w) (products of
+ * at most 15 * 128, a pair 3840), each summed over the whole block in int16 (8 pairs: 30720),
+ * then one madd by 1 and one by 16; the 128 comes off as -128 * sum(w), the same for every
+ * sequence, which q8x_pre computed for the row and block (with its scale) before. Two
+ * multiply-port ops per 4 codes (the sign path, maddubs of |w| and sign(x, w) then madd:
+ * three), one broadcast per 4 codes and row, straight from W, no decode of the row.
+ * bench_kernels (avx2, Q8_0, CPU ms per call, best of 4): 2048x5632 at 8 sequences 1.591 ->
+ * 1.492 (against the sign path, with this prefetch). At 16 sequences q8w_rows does better. */
+#ifndef Q8X_R
+#define Q8X_R 4
 #endif
-#ifndef Q8X_R2
-#define Q8X_R2 2
-#endif
-#define Q8X_R (Q8X_R1 > Q8X_R2 ? Q8X_R1 : Q8X_R2)
 _Static_assert(Q8X_R <= COLS_OUT, "the caller's out[] holds COLS_OUT rows of 16 sequences");
-_Static_assert(8 % Q8X_R1 == 0 && 8 % Q8X_R2 == 0, "the caller runs eight rows as whole groups");
-/* -128 * the sum of a Q8_0 block's 32 codes qs, in general registers (no vector op): each
- * code + 128 (xor 0x80) summed as 16-bit fields of 64-bit words, even and odd bytes apart
- * (a field at most 8 * 255), then the four fields added by a multiply into the top one.
- * q8x_rows at 16 sequences is bound by its vector ops; this rides along on the idle integer
- * ports, in place of q8x_pre's separate vector pass over the rows (scratch harness, 16
- * sequences, CPU ms per call: 2048x2048 in cache 0.712-0.717 -> 0.683-0.692, 5632x2048 from
- * DRAM 2.07-2.09 -> 1.97-2.00, with q8x_scale). */
-static AI int32_t q8x_zero(const char *qs)
-{
-    const uint64_t m = 0x00FF00FF00FF00FFull;
-    uint64_t t = 0;
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < 4; k++) {
-        uint64_t a;
-        memcpy(&a, qs + 8 * k, sizeof a);
-        a ^= 0x8080808080808080ull;
-        /* in a general register: GCC would otherwise vectorize the four words */
-        __asm__("" : "+r"(a));
-        t += (a & m) + (a >> 8 & m);
-    }
-    /* sum(w + 128) = sum(w) + 32 * 128, at most 32 * 255 */
-    const int32_t s = (int32_t)((t * 0x0001000100010001ull) >> 48);
-    return 128 * (QUANT_QK * 128) - 128 * s;
-}
-
-/* The f32 bits of a Q8_0 block's f16 scale (its first two bytes), in general registers: a
- * normal f16 (exponent 1..30) is its sign, then exponent + 112 and mantissa shifted by 13;
- * zero, subnormals, infinities and NaNs (exponent 0 or 31, where the exponent + 1 has no bit
- * 1..4 set) go through _cvtsh_ss. Both give vcvtph2ps' bits. */
+_Static_assert(8 % Q8X_R == 0, "the caller runs eight rows as whole groups");
+/* The f32 bits of a Q8_0 block's f16 scale (its first two bytes), in general registers (for
+ * q8w_rows, whose vector ports are the busy ones): a normal f16 (exponent 1..30) is its sign,
+ * then exponent + 112 and mantissa shifted by 13; zero, subnormals, infinities and NaNs
+ * (exponent 0 or 31, where the exponent + 1 has no bit 1..4 set) go through _cvtsh_ss. Both
+ * give vcvtph2ps' bits. */
 static AI int32_t q8x_scale(const char *w)
 {
     int16_t h16;
@@ -334,98 +316,166 @@ static AI int32_t q8x_scale(const char *w)
     return (int32_t)((((uint32_t)h << 13) & 0x8FFFFFFFu) + 0x38000000u);
 }
 
-/* R rows (rb bytes apart, from w0) over ng blocks against V vectors of the panel:
- * out[16 * r + 8 * v + l]. V = 1: row r is row i + r of its eight-row group, for which
- * q8x_pre left each block's zero point and scale in zc and zs (&P->zc[0][i], &P->zs[0][i]);
- * V = 2: q8x_rows computes them (q8x_zero, q8x_scale), zc and zs unused. */
-static AI void q8x_rows(const int R, const int V, const char *w0, size_t rb, int ng,
+/* R rows (rb bytes apart, from w0; row r is row i + r of its eight-row group, for which
+ * q8x_pre left each block's zero point and scale in zc and zs: &P->zc[0][i], &P->zs[0][i])
+ * over ng blocks against the panel's first vector: out[16 * r + l]. */
+static AI void q8x_rows(const int R, const char *w0, size_t rb, int ng,
                         const struct cols_panel *P, const int32_t *zc, const float *zs,
                         float *out)
 {
     const size_t bb = sizeof(struct quant_block_q8_0);
-    __m256 acc[Q8X_R][2];
+    __m256 acc[Q8X_R];
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++)
-        _Pragma("GCC unroll 2")
-        for (int v = 0; v < V; v++)
-            acc[r][v] = _mm256_setzero_ps();
+        acc[r] = _mm256_setzero_ps();
     for (int g = 0; g < ng; g++) {
         const char *wb = w0 + (size_t)g * bb;
-        /* the same block of the row eight on, which the next group's q8x_pre (V = 1) or this
-         * loop (V = 2) reads first: a whole group's work ahead of its use, so the misses to
-         * DRAM are long done; prefetching each row 32 blocks ahead of itself instead made
-         * q8x_pre wait on them (scratch harness, 2048x2048 at 16 sequences: 1.02 ms against
-         * 0.79) and is no faster at V = 2 without it (5632x2048 from DRAM: 1.97-1.98 ms both) */
+        /* the same block of the row eight on, which the next group's q8x_pre reads first
+         * (then this loop from cache): a whole group's work ahead of its use, so the misses
+         * to DRAM are long done; prefetching each row 32 blocks ahead of itself instead
+         * made q8x_pre wait on them (scratch harness, 2048x2048 at 16 sequences: 1.02 ms
+         * against 0.79) */
         _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++)
             _mm_prefetch(wb + (size_t)(r + 8) * rb, _MM_HINT_T0);
-        __m256i pl[Q8X_R][2], ph[Q8X_R][2];
+        __m256i pl[Q8X_R], ph[Q8X_R];
         _Pragma("GCC unroll 8")
         for (int j = 0; j < 8; j++) {
             __m256i w[Q8X_R];
             _Pragma("GCC unroll 4")
             for (int r = 0; r < R; r++)
                 w[r] = bcast_ld(wb + (size_t)r * rb + 2 + 4 * j);
-            _Pragma("GCC unroll 2")
-            for (int v = 0; v < V; v++) {
-                __m256i xl = _mm256_load_si256(&P->x[8 * g + j][v]);
-                __m256i xh = _mm256_load_si256(&P->xh[8 * g + j][v]);
-                /* into registers once for the R rows: GCC otherwise folds them into each
-                 * row's maddubs as memory operands, and loads are what this loop runs short
-                 * of (one more stack broadcast per 4 codes and row cost 14% at 16 sequences,
-                 * bench_kernels) */
-                __asm__("" : "+x"(xl), "+x"(xh));
-                _Pragma("GCC unroll 4")
-                for (int r = 0; r < R; r++) {
-                    __m256i ql = _mm256_maddubs_epi16(xl, w[r]);
-                    __m256i qh = _mm256_maddubs_epi16(xh, w[r]);
-                    pl[r][v] = j ? _mm256_add_epi16(pl[r][v], ql) : ql;
-                    ph[r][v] = j ? _mm256_add_epi16(ph[r][v], qh) : qh;
-                    __asm__("" : "+x"(pl[r][v]), "+x"(ph[r][v]));
-                }
-            }
-        }
-        /* V = 2: into memory, from which each is broadcast by a load (no shuffle op) */
-        int32_t zr[Q8X_R], sr[Q8X_R];
-        if (V == 2) {
+            __m256i xl = _mm256_load_si256(&P->x[8 * g + j][0]);
+            __m256i xh = _mm256_load_si256(&P->xh[8 * g + j][0]);
+            /* into registers once for the R rows: GCC otherwise folds them into each row's
+             * maddubs as memory operands, and loads are what this loop runs short of (one
+             * more stack broadcast per 4 codes and row cost 14% at 16 sequences,
+             * bench_kernels) */
+            __asm__("" : "+x"(xl), "+x"(xh));
             _Pragma("GCC unroll 4")
             for (int r = 0; r < R; r++) {
-                zr[r] = q8x_zero(wb + (size_t)r * rb + 2);
-                sr[r] = q8x_scale(wb + (size_t)r * rb);
+                __m256i ql = _mm256_maddubs_epi16(xl, w[r]);
+                __m256i qh = _mm256_maddubs_epi16(xh, w[r]);
+                pl[r] = j ? _mm256_add_epi16(pl[r], ql) : ql;
+                ph[r] = j ? _mm256_add_epi16(ph[r], qh) : qh;
+                __asm__("" : "+x"(pl[r]), "+x"(ph[r]));
             }
         }
         _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++) {
-            const __m256 sc = V == 2 ? _mm256_castsi256_ps(bcast_ld(&sr[r]))
-                                     : _mm256_broadcast_ss(zs + 8 * g + r);
-            const __m256i z = bcast_ld(V == 2 ? &zr[r] : zc + 8 * g + r);
-            _Pragma("GCC unroll 2")
-            for (int v = 0; v < V; v++) {
-                __m256i ia = _mm256_add_epi32(
-                    z, _mm256_add_epi32(_mm256_madd_epi16(pl[r][v], _mm256_set1_epi16(1)),
-                                        _mm256_madd_epi16(ph[r][v], _mm256_set1_epi16(16))));
-                acc[r][v] = b32_step(acc[r][v], ia, sc, &P->dx[g][v]);
+            const __m256 sc = _mm256_broadcast_ss(zs + 8 * g + r);
+            const __m256i z = bcast_ld(zc + 8 * g + r);
+            __m256i ia = _mm256_add_epi32(
+                z, _mm256_add_epi32(_mm256_madd_epi16(pl[r], _mm256_set1_epi16(1)),
+                                    _mm256_madd_epi16(ph[r], _mm256_set1_epi16(16))));
+            acc[r] = b32_step(acc[r], ia, sc, &P->dx[g][0]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < R; r++)
+        _mm256_storeu_ps(out + 16 * r, acc[r]);
+}
+
+/* Q8_0 on plain AVX2 at 9 to 16 sequences (two vectors), lane = sequence: the panel holds
+ * the activations as int16 pairs (xw), each row's block is widened to 32 int16 once, and per
+ * pair of codes one broadcast dword of the row and per vector one madd gives each sequence
+ * x_a w_a + x_b w_b exactly (at most 2 * 128 * 128), summed over the block in int32. No zero
+ * point, no int16 sums: 32 madds per row and block against the nibble split's 32 maddubs
+ * and 4 madds, and no 28 int16 adds (30 int32 adds instead); the scale is converted in
+ * general registers (q8x_scale). Scratch harness (CPU ms per call, 16 sequences): 2048x2048
+ * in cache 0.686-0.710 -> 0.644-0.658, 5632x2048 from DRAM 1.89-1.93 -> 1.73-1.81 (mean
+ * 1.98-2.13 -> 1.78-1.85), against the nibble split with its zero point in registers. */
+#ifndef Q8W_R
+#define Q8W_R 4
+#endif
+_Static_assert(Q8W_R <= COLS_OUT, "the caller's out[] holds COLS_OUT rows of 16 sequences");
+_Static_assert(8 % Q8W_R == 0, "the caller runs eight rows as whole groups");
+
+/* R rows' block (rb bytes apart, from wb) as int16 codes into wbuf[r]. */
+static AI void q8w_widen(const int R, const char *wb, size_t rb, int16_t (*wbuf)[QUANT_QK])
+{
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < R; r++) {
+        const char *qs = wb + (size_t)r * rb + 2;
+        _mm256_store_si256((__m256i *)wbuf[r],
+                           _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)qs)));
+        _mm256_store_si256((__m256i *)wbuf[r] + 1,
+                           _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qs + 16))));
+    }
+}
+
+/* R rows (rb bytes apart, from w0) over ng blocks against both vectors of the panel (xw):
+ * out[16 * r + 8 * v + l]. */
+static AI void q8w_rows(const int R, const char *w0, size_t rb, int ng,
+                        const struct cols_panel *P, float *out)
+{
+    const size_t bb = sizeof(struct quant_block_q8_0);
+    __m256 acc[Q8W_R][2];
+    /* the next block is widened while this one runs: broadcasts straight after the store
+     * they read made the loop wait on it (scratch harness, 2048x2048: 0.72 ms against 0.65) */
+    int16_t wbuf[2][Q8W_R][QUANT_QK] __attribute__((aligned(32)));
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 2")
+        for (int v = 0; v < 2; v++)
+            acc[r][v] = _mm256_setzero_ps();
+    if (ng > 0)
+        q8w_widen(R, w0, rb, wbuf[0]);
+    for (int g = 0; g < ng; g++) {
+        const char *wb = w0 + (size_t)g * bb;
+        /* the same block of the row eight on, read by the next group of rows (from DRAM
+         * then, had it not been asked for a group's work ahead) */
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < R; r++)
+            _mm_prefetch(wb + (size_t)(r + 8) * rb, _MM_HINT_T0);
+        if (g + 1 < ng)
+            q8w_widen(R, wb + bb, rb, wbuf[(g + 1) & 1]);
+        int16_t(*wc)[QUANT_QK] = wbuf[g & 1];
+        __m256i ia[Q8W_R][2];
+        _Pragma("GCC unroll 16")
+        for (int t = 0; t < QUANT_QK / 2; t++) {
+            __m256i x0 = _mm256_load_si256(&P->xw[16 * g + t][0]);
+            __m256i x1 = _mm256_load_si256(&P->xw[16 * g + t][1]);
+            __asm__("" : "+x"(x0), "+x"(x1)); /* loaded once for the R rows, as in q8x_rows */
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < R; r++) {
+                const __m256i w = bcast_ld(&wc[r][2 * t]);
+                const __m256i m0 = _mm256_madd_epi16(x0, w), m1 = _mm256_madd_epi16(x1, w);
+                ia[r][0] = t ? _mm256_add_epi32(ia[r][0], m0) : m0;
+                ia[r][1] = t ? _mm256_add_epi32(ia[r][1], m1) : m1;
+                __asm__("" : "+x"(ia[r][0]), "+x"(ia[r][1]));
             }
+        }
+        /* into memory, from which each is broadcast by a load (no shuffle op) */
+        int32_t sr[Q8W_R];
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < R; r++)
+            sr[r] = q8x_scale(wb + (size_t)r * rb);
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < R; r++) {
+            const __m256 sc = _mm256_castsi256_ps(bcast_ld(&sr[r]));
+            _Pragma("GCC unroll 2")
+            for (int v = 0; v < 2; v++)
+                acc[r][v] = b32_step(acc[r][v], ia[r][v], sc, &P->dx[g][v]);
         }
     }
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++)
         _Pragma("GCC unroll 2")
-        for (int v = 0; v < V; v++)
+        for (int v = 0; v < 2; v++)
             _mm256_storeu_ps(out + 16 * r + 8 * v, acc[r][v]);
 }
 
-/* For n rows (at most 8; rb bytes apart, from w0) over ng blocks, what q8x_rows at one vector
- * of sequences takes per row and block: P->zc[g][i] = -128 * the sum of row i's 32 codes,
- * P->zs[g][i] its scale.
+/* For n rows (at most 8; rb bytes apart, from w0) over ng blocks, what q8x_rows takes per
+ * row and block: P->zc[g][i] = -128 * the sum of row i's 32 codes, P->zs[g][i] its scale.
  * Eight rows by vectors: per block each row's codes + 128 summed by vpsadbw into four
  * qwords, the eight rows' qwords packed and added down to one vector of eight sums, and the
  * eight f16 scales converted at once. Done per group of rows, this takes the xor of every
  * broadcast and the scale's conversion out of q8x_rows (scratch harness, 16 sequences:
  * 2048x2048 in cache 0.807, 0.848 -> 0.793, 0.782 CPU ms per call; 5632x2048 from DRAM
- * 2.27-2.30 -> 2.19-2.23). At 8 sequences the loop has half the vector work per row and
- * block, and q8x_zero there cost more than this pass (scratch harness, 5632x2048 from DRAM:
- * 1.12-1.20 -> 1.33-1.40 CPU ms per call). */
+ * 2.27-2.30 -> 2.19-2.23; the nibble split ran at 16 sequences too then). At 8 sequences
+ * the code sums in general registers inside q8x_rows cost more than this pass (scratch
+ * harness, 5632x2048 from DRAM: 1.12-1.20 -> 1.33-1.40 CPU ms per call). */
 static void q8x_pre(const char *w0, size_t rb, int n, int ng, struct cols_panel *P)
 {
     const size_t bb = sizeof(struct quant_block_q8_0);
@@ -689,11 +739,10 @@ static void cols_any(enum ggml_type t, int V, int R, int i, const char *w0, size
         const int32_t *zc = &P->zc[0][i];
         const float *zs = &P->zs[0][i];
         if (V == 1)
-            R == Q8X_R1 ? q8x_rows(Q8X_R1, 1, w0, rb, ng, P, zc, zs, out)
-                        : q8x_rows(1, 1, w0, rb, ng, P, zc, zs, out);
+            R == Q8X_R ? q8x_rows(Q8X_R, w0, rb, ng, P, zc, zs, out)
+                       : q8x_rows(1, w0, rb, ng, P, zc, zs, out);
         else
-            R == Q8X_R2 ? q8x_rows(Q8X_R2, 2, w0, rb, ng, P, zc, zs, out)
-                        : q8x_rows(1, 2, w0, rb, ng, P, zc, zs, out);
+            R == Q8W_R ? q8w_rows(Q8W_R, w0, rb, ng, P, out) : q8w_rows(1, w0, rb, ng, P, out);
     }
 #endif
     else if (t == GGML_TYPE_Q4_0)
@@ -747,8 +796,9 @@ static void panel_q8_k(enum ggml_type t, const struct kern_act *X, int n_seq, in
 
 /* The panel of n_seq Q8_0 activations over ng blocks (zero beyond n_seq), eight sequences
  * at a time: each sequence's 32 bytes in one vector, transposed so that vector j holds dword
- * j of the eight. split (q8x_rows): x holds each byte's x & 15 and xh its (x >> 4) + 8, no ic
- * (q8x_pre's per-row zero point); otherwise x holds the bytes and ic -zero * sum(bytes). */
+ * j of the eight. split (plain AVX2's Q8_0), no ic: at one vector (q8x_rows) x holds each
+ * byte's x & 15 and xh its (x >> 4) + 8 (q8x_pre's per-row zero point), at two (q8w_rows) xw
+ * holds the bytes as int16 pairs; otherwise x holds the bytes and ic -zero * sum(bytes). */
 static void panel_q8_0(const struct kern_act *X, int n_seq, int V, int ng, int split, int zero,
                        struct cols_panel *P)
 {
@@ -775,6 +825,22 @@ static void panel_q8_0(const struct kern_act *X, int n_seq, int V, int ng, int s
 #ifdef __AVXVNNI__
             (void)split;
 #else
+            if (split && V == 2) {
+                /* q8w_rows: each sequence's 32 bytes widened to int16, dword t = elements
+                 * 2t and 2t + 1 */
+                __m256i lo[8], hi[8];
+                for (int i = 0; i < 8; i++) {
+                    lo[i] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(r[i]));
+                    hi[i] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(r[i], 1));
+                }
+                transpose8x8_epi32(lo, t);
+                for (int j = 0; j < 8; j++)
+                    _mm256_store_si256(&P->xw[16 * g + j][v], t[j]);
+                transpose8x8_epi32(hi, t);
+                for (int j = 0; j < 8; j++)
+                    _mm256_store_si256(&P->xw[16 * g + 8 + j][v], t[j]);
+                continue;
+            }
             if (split) {
                 const __m256i low4 = _mm256_set1_epi8(15), eight = _mm256_set1_epi8(8);
                 __m256i lo[8];
@@ -840,7 +906,7 @@ int COLS_FN(const struct kern_mat *W, const struct kern_act *X, int n_seq, float
     const int RV = kq ? COLS_RK : V == 1 ? COLS_R1 : COLS_R2;
 #else
     const int RV = kq ? COLS_RK
-                 : q8x ? (V == 2 ? Q8X_R2 : Q8X_R1)
+                 : q8x ? (V == 2 ? Q8W_R : Q8X_R)
                  : V == 1 ? COLS_R1 : COLS_R2;
 #endif
     for (int r = row_begin; r < row_end;) {
