@@ -358,7 +358,8 @@ static void test_model_llama_prefill_chunks_match_stepwise(void **state)
 /* Decode reads the cache through attention's few-query tiles, a prefill through its wide
  * ones: a 150-token prompt (blocks of 16 crossed, the last one partial) fed at once or token
  * by token gives the same logits bit for bit, in every kernel set this CPU runs, with and
- * without a sliding window, and with gemma2's attention softcap. */
+ * without a sliding window, and with gemma2's attention softcap; on one thread (a decode
+ * task takes both KV heads) and on two (a task per query head). */
 static void test_model_llama_decode_gives_the_prefills_bits(void **state)
 {
     struct fix *f = *state;
@@ -378,11 +379,11 @@ static void test_model_llama_decode_gives_the_prefills_bits(void **state)
         snprintf(f->path, sizeof(f->path), "%s/bits-%zu.gguf", f->dir, sh);
         if (model_gen_write(&o, f->path, err, sizeof(err)) < 0)
             fail_msg("model_gen_write: %s", err);
-        for (size_t k = 0; k < sizeof(sets) / sizeof(sets[0]); k++) {
-            const struct kern_ops *ops = kern_ops_get(sets[k]);
+        for (size_t k = 0; k < 2 * sizeof(sets) / sizeof(sets[0]); k++) {
+            const struct kern_ops *ops = kern_ops_get(sets[k / 2]);
             if (!ops)
                 continue;
-            struct model *m = load(f->path, 2, ops);
+            struct model *m = load_threads(f->path, 2, ops, 1 + (int)(k % 2));
             uint32_t nv = m->n_vocab;
             float *a = malloc(nv * sizeof(float)), *b = malloc(nv * sizeof(float));
             for (int i = 0; i < N; i++)
@@ -392,9 +393,9 @@ static void test_model_llama_decode_gives_the_prefills_bits(void **state)
             for (int i = 1; i < N; i++)
                 assert_int_equal(decode1(m, 1, prompt[i], b), 0);
             if (memcmp(a, b, nv * sizeof(float)) != 0)
-                fail_msg("%s, window %d, %s kernels: decode differs from prefill by %g",
-                         shapes[sh].arch ? shapes[sh].arch : "llama", shapes[sh].window,
-                         ops->name, (double)max_diff(a, b, nv));
+                fail_msg("%s, window %d, %s kernels, %d threads: decode differs from prefill "
+                         "by %g", shapes[sh].arch ? shapes[sh].arch : "llama", shapes[sh].window,
+                         ops->name, 1 + (int)(k % 2), (double)max_diff(a, b, nv));
             free(a);
             free(b);
             model_destroy(m);

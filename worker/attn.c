@@ -17,7 +17,10 @@
  * converting each block for lanes that would mostly idle, and its output is query-major.
  * Such a tile asks for its cache blocks a few blocks ahead of its reads (prefetch_block): the
  * blocks lie scattered by the page table, and a step's weights have evicted them, so the
- * kernels would otherwise wait on memory at every block. */
+ * kernels would otherwise wait on memory at every block. When every tile is few-query, a task
+ * takes several KV heads' tiles of one row range (as many as fit the lanes, while the tasks
+ * still keep the threads busy) and runs each block for all of them in turn: a block (all the
+ * KV heads' rows) then comes from memory once for them all, while the kernels compute. */
 #include <math.h>
 #include <string.h>
 
@@ -103,12 +106,14 @@ static void prefetch_nth(const struct llama *L, const uint32_t *tab, int blo, in
         prefetch_block(L, L->kv_v, tab, blo + (i - nb) * KV_BLOCK);
 }
 
-/* A tile of nq <= ATTN_FEW queries over positions [lo, hi) (query j's own [lo_j, hi_j)), the
- * keys and values read where they lie: the scores query-major in Sq (row j at j * (hi - lo)),
- * the outputs in O (nq, hd), zeroed by the caller. */
+/* A tile of nq <= ATTN_FEW queries of each of the nk KV heads kv0.. over positions [lo, hi)
+ * (query j's own [lo_j, hi_j); head k's queries are j = k * nq ..), the keys and values read
+ * where they lie: the scores query-major in Sq (row j at j * (hi - lo)), the outputs in O
+ * (nk * nq, hd), zeroed by the caller. The heads take each block in turn, so a block streamed
+ * in for the first is still in cache for the others. */
 static void few_tile(const struct llama *L, float *Sq, const float *Qt, float *O,
-                     const uint32_t *tab, size_t head, int lo, int hi, int nq, const int *lo_j,
-                     const int *hi_j)
+                     const uint32_t *tab, int kv0, int nk, int lo, int hi, int nq,
+                     const int *lo_j, const int *hi_j)
 {
     const struct llama_config *c = &L->c;
     const struct attn_kern *ak = L->attn_kern;
@@ -121,11 +126,13 @@ static void few_tile(const struct llama *L, float *Sq, const float *Qt, float *O
     for (int t = lo; t < hi;) {
         int bs = t / KV_BLOCK * KV_BLOCK, e = bs + KV_BLOCK < hi ? bs + KV_BLOCK : hi;
         prefetch_nth(L, tab, blo, nb, (bs - blo) / KV_BLOCK + FEW_AHEAD);
-        ak->scores_f16(Sq + (t - lo), ns, Qt, block_at(L, L->kv_k, tab, bs, head), c->kv_dim,
-                       t - bs, e - bs, hd, nq, c->attn_scale);
+        for (int k = 0; k < nk; k++)
+            ak->scores_f16(Sq + (size_t)k * nq * ns + (t - lo), ns, Qt + k * nq,
+                           block_at(L, L->kv_k, tab, bs, (size_t)(kv0 + k) * hd), c->kv_dim,
+                           t - bs, e - bs, hd, nq, c->attn_scale);
         t = e;
     }
-    for (int j = 0; j < nq; j++) {
+    for (int j = 0; j < nk * nq; j++) {
         float *s = Sq + (size_t)j * ns;
         if (cap > 0.0f)
             for (int t = 0; t < ns; t++)
@@ -135,12 +142,15 @@ static void few_tile(const struct llama *L, float *Sq, const float *Qt, float *O
         for (int t = hi_j[j]; t < hi; t++)
             s[t - lo] = -INFINITY;
     }
-    ak->softmax_q(Sq, ns, ns, nq);
+    for (int k = 0; k < nk; k++)
+        ak->softmax_q(Sq + (size_t)k * nq * ns, ns, ns, nq);
     for (int t = lo; t < hi;) {
         int bs = t / KV_BLOCK * KV_BLOCK, e = bs + KV_BLOCK < hi ? bs + KV_BLOCK : hi;
         prefetch_nth(L, tab, blo, nb, nb + (bs - blo) / KV_BLOCK + FEW_AHEAD);
-        ak->values_f16(O, Sq + (t - lo), ns, block_at(L, L->kv_v, tab, bs, head), c->kv_dim,
-                       t - bs, e - bs, hd, nq);
+        for (int k = 0; k < nk; k++)
+            ak->values_f16(O + (size_t)k * nq * hd, Sq + (size_t)k * nq * ns + (t - lo), ns,
+                           block_at(L, L->kv_v, tab, bs, (size_t)(kv0 + k) * hd), c->kv_dim,
+                           t - bs, e - bs, hd, nq);
         t = e;
     }
 }
@@ -186,26 +196,28 @@ static void wide_tile(const struct llama *L, float *S, const float *Qt, float *O
     }
 }
 
-/* Task: tile (task / groups), KV head and its query heads [h0, h0 + nh). */
+/* Task: tile (task / groups); KV heads [kv0, kv0 + nk) (nk > 1 only when every tile is few,
+ * llama_attn_run) and their query heads hc * attn_nh .. (nh of each). */
 static void tile_task(void *ctx, int task, int thread)
 {
     struct llama *L = ctx;
     const struct llama_config *c = &L->c;
     const struct llama_layer *ly = &L->layers[L->layer];
     const struct attn_kern *ak = L->attn_kern;
-    int per_kv = c->n_heads / c->n_kv_heads, groups = c->n_kv_heads * L->attn_hchunks;
-    int tile = task / groups, g = task % groups, kvh = g / L->attn_hchunks;
-    int hc = g % L->attn_hchunks, h0 = kvh * per_kv + hc * L->attn_nh;
+    int per_kv = c->n_heads / c->n_kv_heads, kvg = L->attn_kvg;
+    int groups = (c->n_kv_heads + kvg - 1) / kvg * L->attn_hchunks;
+    int tile = task / groups, g = task % groups, kv0 = g / L->attn_hchunks * kvg;
+    int nk = c->n_kv_heads - kv0 < kvg ? c->n_kv_heads - kv0 : kvg;
+    int hc = g % L->attn_hchunks;
     int nh = per_kv - hc * L->attn_nh < L->attn_nh ? per_kv - hc * L->attn_nh : L->attn_nh;
     int r0 = L->tile_r0[tile], nr = L->tile_n[tile], hd = c->head_dim, nq = nr * nh;
     const uint32_t *tab = kv_cache_table(L->kvc, L->row_slot[r0]);
-    size_t head = (size_t)kvh * hd;
     float *kf = L->attn_scratch + (size_t)thread * L->attn_scratch_per; /* (KV_BLOCK, hd) */
     float *Qt = kf + (size_t)KV_BLOCK * hd;                             /* (hd, LANES) */
-    float *Ot = Qt + (size_t)hd * ATTN_LANES; /* (hd, LANES), or (nq, hd) when few */
+    float *Ot = Qt + (size_t)hd * ATTN_LANES; /* (hd, LANES), or (nk * nq, hd) when few */
     float *S = Ot + (size_t)hd * ATTN_LANES;                            /* (ctx, LANES) */
-    float *o[ATTN_QMAX];
-    int lo_j[ATTN_QMAX], hi_j[ATTN_QMAX], lo = 0, hi = 0;
+    float *o[ATTN_LANES];
+    int lo_j[ATTN_LANES], hi_j[ATTN_LANES], lo = 0, hi = 0;
 
     memset(Qt, 0, (size_t)hd * ATTN_LANES * sizeof(float));
     memset(Ot, 0, (size_t)hd * ATTN_LANES * sizeof(float));
@@ -216,23 +228,24 @@ static void tile_task(void *ctx, int task, int thread)
             lo = t0;
         if (pos + 1 > hi)
             hi = pos + 1;
-        for (int h = 0; h < nh; h++) {
-            int j = r * nh + h;
-            float *q = L->q + (size_t)b * c->q_dim + (size_t)(h0 + h) * hd;
-            ak->round16(q, hd); /* as llama.cpp's F16 products round the query */
-            for (int d = 0; d < hd; d++)
-                Qt[d * ATTN_LANES + j] = q[d];
-            o[j] = L->ao + (size_t)b * c->q_dim + (size_t)(h0 + h) * hd;
-            lo_j[j] = t0;
-            hi_j[j] = pos + 1;
-        }
+        for (int k = 0; k < nk; k++)
+            for (int h = 0; h < nh; h++) {
+                int j = k * nq + r * nh + h, qh = (kv0 + k) * per_kv + hc * L->attn_nh + h;
+                float *q = L->q + (size_t)b * c->q_dim + (size_t)qh * hd;
+                ak->round16(q, hd); /* as llama.cpp's F16 products round the query */
+                for (int d = 0; d < hd; d++)
+                    Qt[d * ATTN_LANES + j] = q[d];
+                o[j] = L->ao + (size_t)b * c->q_dim + (size_t)qh * hd;
+                lo_j[j] = t0;
+                hi_j[j] = pos + 1;
+            }
     }
     if (nq <= ATTN_FEW) {
-        few_tile(L, S, Qt, Ot, tab, head, lo, hi, nq, lo_j, hi_j);
-        for (int j = 0; j < nq; j++)
+        few_tile(L, S, Qt, Ot, tab, kv0, nk, lo, hi, nq, lo_j, hi_j);
+        for (int j = 0; j < nk * nq; j++)
             memcpy(o[j], Ot + (size_t)j * hd, (size_t)hd * sizeof(float));
     } else {
-        wide_tile(L, S, Qt, Ot, kf, tab, head, lo, hi, nq, lo_j, hi_j);
+        wide_tile(L, S, Qt, Ot, kf, tab, (size_t)kv0 * hd, lo, hi, nq, lo_j, hi_j);
         for (int j = 0; j < nq; j++)
             for (int d = 0; d < hd; d++)
                 o[j][d] = Ot[d * ATTN_LANES + j];
@@ -257,5 +270,20 @@ void llama_attn_run(struct llama *L, int n)
         nh = (nh + 1) / 2;
     L->attn_nh = nh;
     L->attn_hchunks = (per_kv + nh - 1) / nh;
-    threadpool_run(L->pool, tile_task, L, tiles * c->n_kv_heads * L->attn_hchunks);
+    /* every tile few-query (a decode step) with each KV head's query heads whole: several KV
+     * heads a task, their queries side by side in the lanes, while the tasks still number at
+     * least two a thread (or one thread runs them all), which changes no result */
+    int kvg = 1, maxr = 0;
+    for (int t = 0; t < tiles; t++)
+        maxr = L->tile_n[t] > maxr ? L->tile_n[t] : maxr;
+    if (L->attn_hchunks == 1 && maxr * per_kv <= ATTN_FEW) {
+        kvg = ATTN_LANES / (maxr * per_kv);
+        kvg = kvg < c->n_kv_heads ? kvg : c->n_kv_heads;
+        while (kvg > 1 && L->n_threads > 1 &&
+               tiles * ((c->n_kv_heads + kvg - 1) / kvg) < 2 * L->n_threads)
+            kvg--;
+    }
+    L->attn_kvg = kvg;
+    threadpool_run(L->pool, tile_task, L,
+                   tiles * ((c->n_kv_heads + kvg - 1) / kvg) * L->attn_hchunks);
 }

@@ -142,6 +142,7 @@ struct llama {
     float *attn_scratch;   /* (n_threads, attn_scratch_per) attn.c: keys as floats, scores */
     size_t attn_scratch_per;
     int attn_nh, attn_hchunks; /* attn.c, the run in progress: query heads per task */
+    int attn_kvg;              /* and KV heads per task */
     const struct attn_kern *attn_kern; /* attn_kern_for(the kernel set), chosen at load */
     bool decode_shared; /* the kernels' prompt and decode rows agree for every weight (rows_agree):
                          * positions decode steps computed are shared in the KV cache too */
