@@ -333,8 +333,8 @@ static AI void q8x_rows(const int R, const char *w0, size_t rb, int ng,
         /* the same block of the row eight on, which the next group's q8x_pre reads first
          * (then this loop from cache): a whole group's work ahead of its use, so the misses
          * to DRAM are long done; prefetching each row 32 blocks ahead of itself instead
-         * made q8x_pre wait on them (scratch harness, 2048x2048 at 16 sequences: 1.02 ms
-         * against 0.79) */
+         * made q8x_pre wait on them (scratch harness, 2048x2048 at 16 sequences, when this
+         * loop still ran them: 1.02 ms against 0.79) */
         _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++)
             _mm_prefetch(wb + (size_t)(r + 8) * rb, _MM_HINT_T0);
@@ -349,8 +349,8 @@ static AI void q8x_rows(const int R, const char *w0, size_t rb, int ng,
             __m256i xh = _mm256_load_si256(&P->xh[8 * g + j][0]);
             /* into registers once for the R rows: GCC otherwise folds them into each row's
              * maddubs as memory operands, and loads are what this loop runs short of (one
-             * more stack broadcast per 4 codes and row cost 14% at 16 sequences,
-             * bench_kernels) */
+             * more stack broadcast per 4 codes and row cost 14% at 16 sequences, bench_kernels,
+             * when this loop still ran them) */
             __asm__("" : "+x"(xl), "+x"(xh));
             _Pragma("GCC unroll 4")
             for (int r = 0; r < R; r++) {
